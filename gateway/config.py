@@ -1,0 +1,378 @@
+"""Settings: one TOML file (``vkgate.toml``) + ``VKGATE_*`` environment + CLI flags.
+
+Precedence is flags > environment > file > defaults.  Every setting is a dataclass field with
+a one-line docstring (the ``doc`` metadata) and a sane default; this module is the only place
+that reads them.  Validation names the offending key (``node.kubelet_port: expected an integer
+in 1..65535, got 'abc'``) so ``vkgate config check`` can point straight at it.
+
+Environment: ``VKGATE_<SECTION>__<KEY>`` (double underscore between levels), e.g.
+``VKGATE_NODE__NAME=vk-1`` or ``VKGATE_BACKEND__KIND=nomad``.  Backend tables are free-form
+(``[backend.nomad]``) and validated by the translator; keys named like secrets (token, key,
+password, secret) are masked whenever settings are printed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+SECRET_KEY = re.compile(
+    r"(token|password|passwd|secret|credential|account_key|api_key|private_key|application_credential)",
+    re.IGNORECASE,
+)
+MASK = "*****"
+BACKENDS = ("simulated", "nomad", "zun", "batch")
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; ``key`` is its dotted path."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
+@dataclass
+class Taint:
+    key: str = "virtual-kubelet.io/provider"
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass
+class NodeSettings:
+    name: str = field(default="vkgate", metadata=doc("Node name (also the Lease name)"))
+    internal_ip: str = field(
+        default="", metadata=doc("InternalIP to publish; default: backend's or 127.0.0.1")
+    )
+    labels: dict[str, str] = field(default_factory=dict, metadata=doc("Extra node labels"))
+    taint: Taint | None = field(
+        default_factory=Taint, metadata=doc("Provider taint (value defaults to backend kind)")
+    )
+    disable_taint: bool = field(default=False, metadata=doc("Register without the provider taint"))
+    capacity: dict[str, str] = field(
+        default_factory=dict, metadata=doc("Overrides: cpu, memory, pods, nvidia.com/gpu…")
+    )
+    status_interval: float = field(
+        default=60.0, metadata=doc("Seconds between forced node status writes")
+    )
+    lease_duration: int = field(default=40, metadata=doc("Lease duration in seconds"))
+    lease_renew_interval: float = field(
+        default=10.0, metadata=doc("Seconds between Lease renewals")
+    )
+    ping_interval: float = field(default=10.0, metadata=doc("Seconds between backend pings"))
+    ping_timeout: float = field(default=5.0, metadata=doc("Timeout of one backend ping"))
+    ping_failures: int = field(default=3, metadata=doc("Failed pings in a row before Ready=False"))
+    delete_on_shutdown: bool = field(
+        default=False, metadata=doc("Delete the Node on clean shutdown")
+    )
+
+
+@dataclass
+class KubeSettings:
+    kubeconfig: str = field(
+        default="", metadata=doc("kubeconfig path; empty: $KUBECONFIG, in-cluster, ~/.kube/config")
+    )
+    context: str = field(default="", metadata=doc("kubeconfig context"))
+    qps: float = field(default=50.0, metadata=doc("Client requests per second (token bucket)"))
+    burst: int = field(default=100, metadata=doc("Client burst"))
+    timeout: float = field(default=30.0, metadata=doc("Request timeout in seconds"))
+
+
+@dataclass
+class KubeletSettings:
+    address: str = field(default="", metadata=doc("Listen address; default: the node InternalIP"))
+    port: int = field(default=10250, metadata=doc("Kubelet HTTPS port"))
+    cert_file: str = field(
+        default="", metadata=doc("Serving certificate (PEM); empty: self-signed")
+    )
+    key_file: str = field(default="", metadata=doc("Serving key (PEM)"))
+    client_ca_file: str = field(default="", metadata=doc("CA for client certificates"))
+    anonymous: bool = field(
+        default=False, metadata=doc("Allow anonymous requests (never in production)")
+    )
+    authorization: str = field(
+        default="webhook", metadata=doc("webhook (SubjectAccessReview) or always-allow")
+    )
+    metrics_address: str = field(
+        default="127.0.0.1:10255", metadata=doc("Plain-HTTP own metrics; empty disables")
+    )
+    enabled: bool = field(default=True, metadata=doc("Serve the kubelet API"))
+
+
+@dataclass
+class PodSettings:
+    workers: int = field(default=10, metadata=doc("Pod sync workers"))
+    reconcile_interval: float = field(
+        default=5.0, metadata=doc("Seconds between backend list reconciles")
+    )
+    max_retries: int = field(default=10, metadata=doc("Create attempts before giving up"))
+    backoff_base: float = field(default=0.5, metadata=doc("First retry delay (s)"))
+    backoff_max: float = field(default=60.0, metadata=doc("Retry delay cap (s)"))
+    rate_qps: float = field(
+        default=20.0, metadata=doc("Retry rate limit (first attempts are not limited)")
+    )
+    enable_service_links: bool = field(default=True, metadata=doc("Honour enableServiceLinks"))
+
+
+@dataclass
+class TemplateSettings:
+    dirs: list[str] = field(
+        default_factory=list, metadata=doc("Extra template directories (searched first)")
+    )
+    configmap_namespace: str = field(
+        default="", metadata=doc("Namespace of ConfigMaps labelled vkgate.io/templates=true")
+    )
+    teams: dict[str, str] = field(default_factory=dict, metadata=doc("namespace → team"))
+    default: dict[str, str] = field(
+        default_factory=dict, metadata=doc("backend → default template name")
+    )
+
+
+@dataclass
+class LogSettings:
+    level: str = field(default="info", metadata=doc("debug, info, warning, error"))
+    format: str = field(default="text", metadata=doc("text or json"))
+
+
+@dataclass
+class BackendSettings:
+    kind: str = field(default="simulated", metadata=doc("simulated, nomad, zun or batch"))
+    simulated: dict[str, Any] = field(default_factory=dict)
+    nomad: dict[str, Any] = field(default_factory=dict)
+    zun: dict[str, Any] = field(default_factory=dict)
+    batch: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> dict[str, Any]:
+        value: dict[str, Any] = getattr(self, self.kind)
+        return value
+
+
+@dataclass
+class Settings:
+    node: NodeSettings = field(default_factory=NodeSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    kubelet: KubeletSettings = field(default_factory=KubeletSettings)
+    pods: PodSettings = field(default_factory=PodSettings)
+    templates: TemplateSettings = field(default_factory=TemplateSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    backend: BackendSettings = field(default_factory=BackendSettings)
+
+
+T = TypeVar("T")
+
+
+def _coerce(key: str, tp: Any, value: Any) -> Any:
+    origin = getattr(tp, "__origin__", None)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a table, got {value!r}")
+        return _build(tp, value, key)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {
+            "1",
+            "true",
+            "yes",
+            "on",
+            "0",
+            "false",
+            "no",
+            "off",
+        }:
+            return value.lower() in {"1", "true", "yes", "on"}
+        raise ConfigError(key, f"expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(key, f"expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(key, f"expected a number, got {value!r}") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a table, got {value!r}")
+        val_tp = tp.__args__[1]
+        if val_tp is Any:
+            return dict(value)
+        return {str(k): _coerce(f"{key}.{k}", val_tp, v) for k, v in value.items()}
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(key, f"expected a list, got {value!r}")
+        return [_coerce(f"{key}[{i}]", tp.__args__[0], v) for i, v in enumerate(value)]
+    args = getattr(tp, "__args__", ())
+    if type(None) in args:  # Optional[X]
+        if value is None or value is False:
+            return None
+        inner = next(a for a in args if a is not type(None))
+        return _coerce(key, inner, value)
+    return value
+
+
+def _build(cls: type[T], data: Mapping[str, Any], prefix: str) -> T:
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for k in data:
+        if k not in names:
+            path = f"{prefix}.{k}" if prefix else k
+            raise ConfigError(path, f"unknown setting (known: {', '.join(sorted(names))})")
+    kwargs = {k: _coerce(f"{prefix}.{k}" if prefix else k, hints[k], v) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith("VKGATE_") or "__" not in name:
+            continue
+        parts = [p.lower() for p in name[len("VKGATE_") :].split("__")]
+        cur = out
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+    return out
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested dict (used for ``--set`` flags)."""
+    parts = dotted.split(".")
+    cur = data
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+
+
+def validate(s: Settings) -> Settings:
+    if s.backend.kind not in BACKENDS:
+        raise ConfigError(
+            "backend.kind", f"must be one of {', '.join(BACKENDS)}, got {s.backend.kind!r}"
+        )
+    if not 1 <= s.kubelet.port <= 65535:
+        raise ConfigError("kubelet.port", f"expected an integer in 1..65535, got {s.kubelet.port}")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", s.node.name):
+        raise ConfigError("node.name", f"must be a DNS subdomain (lowercase), got {s.node.name!r}")
+    if s.log.level.lower() not in {"debug", "info", "warning", "error"}:
+        raise ConfigError(
+            "log.level", f"must be debug, info, warning or error, got {s.log.level!r}"
+        )
+    if s.log.format not in {"text", "json"}:
+        raise ConfigError("log.format", f"must be text or json, got {s.log.format!r}")
+    if s.node.taint is not None and s.node.taint.effect not in {
+        "NoSchedule",
+        "PreferNoSchedule",
+        "NoExecute",
+    }:
+        raise ConfigError(
+            "node.taint.effect",
+            f"must be NoSchedule, PreferNoSchedule or NoExecute, got {s.node.taint.effect!r}",
+        )
+    if s.kubelet.authorization not in {"webhook", "always-allow"}:
+        raise ConfigError(
+            "kubelet.authorization",
+            f"must be webhook or always-allow, got {s.kubelet.authorization!r}",
+        )
+    from translators.quantity import parse_quantity
+
+    for res, q in s.node.capacity.items():
+        try:
+            parse_quantity(q)
+        except ValueError as exc:
+            raise ConfigError(f"node.capacity.{res}", str(exc)) from None
+    if s.pods.workers < 1:
+        raise ConfigError("pods.workers", "must be at least 1")
+    if s.node.ping_timeout <= 0 or s.node.ping_interval <= 0:
+        raise ConfigError("node.ping_timeout", "ping interval and timeout must be positive")
+    return s
+
+
+def load(
+    path: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Load and validate settings.  Raises ``ConfigError`` naming the key."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(str(p), "file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(p), f"invalid TOML: {exc}") from None
+    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
+    if overrides:
+        data = _merge(data, overrides)
+    return validate(_build(Settings, data, ""))
+
+
+def masked(value: Any, key: str = "") -> Any:
+    """A copy of a settings tree with secret-looking keys masked."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return {k: masked(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, key) for v in value]
+    if key and SECRET_KEY.search(key) and value not in ("", None) and not key.endswith("_file"):
+        return MASK
+    return value
+
+
+def to_toml(data: Mapping[str, Any], prefix: str = "") -> str:
+    """Render a (masked) settings dict as TOML for ``vkgate config check``."""
+    import json
+
+    scalars: list[str] = []
+    tables: list[str] = []
+    for k, v in data.items():
+        if isinstance(v, Mapping):
+            name = f"{prefix}.{k}" if prefix else k
+            body = to_toml(v, name)
+            tables.append(body)
+        elif v is None:
+            scalars.append(f"# {k} = (unset)")
+        else:
+            scalars.append(f"{_toml_key(k)} = {json.dumps(v)}")
+    head = f"[{prefix}]\n" if prefix and scalars else ""
+    out = head + "".join(s + "\n" for s in scalars)
+    return out + ("\n" if out and tables else "") + "\n".join(t for t in tables if t)
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else f'"{k}"'

@@ -1,0 +1,449 @@
+"""The one boundary between vkgate's Kubernetes side and a backend.
+
+The gateway hands a translator a fully *resolved* pod (env values, volume file contents, team,
+template name) and gets backend-neutral data back (``WorkloadState``, ``Capacity``).  A
+translator never talks to Kubernetes; that keeps it testable with golden files and lets a third
+party ship one as a separate package (entry-point group ``vkgate.translators``).
+
+Required behaviour is the ``Translator`` Protocol.  Optional capabilities are small separate
+Protocols (``Notifier``, ``LogReader``, ``Executor``, ``MetricsSource``) that the gateway
+*detects* with ``isinstance`` — a translator without exec simply does not implement
+``Executor``; nothing is stubbed.
+
+Error tree (every backend maps its HTTP/SDK errors into it in exactly one function)::
+
+    TranslatorError
+    ├── BackendError                       the backend said no, or could not be reached
+    │   ├── BackendNotFound                404-like; delete treats it as done
+    │   ├── BackendConflict                409-like (already exists, version clash)
+    │   ├── BackendThrottled(retry_after)  429 / 503 with Retry-After
+    │   ├── BackendUnavailable             connection refused, timeout, 5xx
+    │   ├── BackendAuthError               401/403: credentials or ACL
+    │   └── BackendRejected(reason)        400/422: the spec is invalid (not retryable)
+    ├── TranslationError(template, line, field)   a template or schema error (not retryable)
+    └── UnsupportedError(reason, field)            the pod asks for something this backend lacks
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+JSON: TypeAlias = dict[str, Any]
+
+#: Ownership marker every backend workload carries (metadata key / label / tag).
+OWNER_KEY = "vkgate.io/owner"
+OWNER_VALUE = "vkgate"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class TranslatorError(Exception):
+    """Base of every error a translator raises."""
+
+    retryable: bool = False
+
+
+class BackendError(TranslatorError):
+    """The backend refused or failed a call.  ``status`` is the HTTP status where there is one."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BackendNotFound(BackendError):
+    retryable = False
+
+
+class BackendConflict(BackendError):
+    pass
+
+
+class BackendThrottled(BackendError):
+    def __init__(
+        self, message: str, *, status: int | None = 429, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class BackendUnavailable(BackendError):
+    pass
+
+
+class BackendAuthError(BackendError):
+    retryable = True  # credentials may be rotated; retry with backoff, but say why
+
+
+class BackendRejected(BackendError):
+    retryable = False
+
+    def __init__(self, message: str, *, status: int | None = 400, reason: str = "") -> None:
+        super().__init__(message, status=status)
+        self.reason = reason or "BackendRejected"
+
+
+class TranslationError(TranslatorError):
+    """A template failed to render or its output failed the backend schema."""
+
+    def __init__(
+        self, message: str, *, template: str = "", line: int | None = None, field: str = ""
+    ) -> None:
+        where = template + (f":{line}" if line else "")
+        super().__init__(f"{where}: {message}" if where else message)
+        self.template = template
+        self.line = line
+        self.field = field
+        self.detail = message
+
+
+class UnsupportedError(TranslatorError):
+    """The pod asks for a feature the backend cannot provide; ``reason`` becomes the pod reason."""
+
+    def __init__(
+        self, message: str, *, reason: str = "UnsupportedByBackend", field: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.field = field
+
+
+# --------------------------------------------------------------------------- data in
+
+
+@dataclass(frozen=True, slots=True)
+class EnvVar:
+    name: str
+    value: str
+    #: True when the value came from a Secret: translators keep it out of metadata/logs.
+    secret: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeFile:
+    """One file of a resolved volume, relative to the volume's mount root."""
+
+    path: str
+    content: bytes
+    mode: int = 0o644
+    secret: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedVolume:
+    """A pod volume turned into data.  ``kind`` is the Kubernetes volume type
+    (``configMap``, ``secret``, ``emptyDir``, ``projected``, ``downwardAPI``)."""
+
+    name: str
+    kind: str
+    files: tuple[VolumeFile, ...] = ()
+    medium: str = ""
+    size_limit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeMount:
+    volume: str
+    mount_path: str
+    read_only: bool = False
+    sub_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedContainer:
+    """A container with everything the gateway could resolve: env in declaration order,
+    ``$(VAR)`` already expanded in command/args."""
+
+    name: str
+    image: str
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    mounts: tuple[VolumeMount, ...] = ()
+    working_dir: str = ""
+    #: "init", "sidecar" (init container with restartPolicy Always) or "main".
+    role: str = "main"
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPod:
+    """Everything a translator needs to create a workload, and nothing Kubernetes-live."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    #: The pod object as plain JSON (metadata + spec).  Read-only by convention.
+    pod: Mapping[str, Any]
+    containers: tuple[ResolvedContainer, ...] = ()
+    init_containers: tuple[ResolvedContainer, ...] = ()
+    volumes: tuple[ResolvedVolume, ...] = ()
+    team: str = ""
+    template: str = ""
+    #: Values the node knows (podIP is filled when known, for status.* fieldRefs).
+    host_ip: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(namespace=self.namespace, name=self.name, uid=self.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """Identity of a pod as seen by a backend (all a delete/logs/exec needs)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# --------------------------------------------------------------------------- data out
+
+
+class Phase(enum.StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerState:
+    """One container as the backend reports it.  ``state`` is ``waiting``, ``running`` or
+    ``terminated``; the other fields apply as in Kubernetes' ContainerStatus."""
+
+    name: str
+    state: str = "waiting"
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    started_at: _dt.datetime | None = None
+    finished_at: _dt.datetime | None = None
+    restart_count: int = 0
+    ready: bool = False
+    image: str = ""
+    image_id: str = ""
+    container_id: str = ""
+    #: The previous termination, when the backend restarted the container.
+    last_terminated: ContainerState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """What a backend reports about one pod's workload, backend-neutral.
+
+    Phase rules, conditions and "should we write?" live in ``gateway.pods.status``; a
+    translator only says what its backend reports.
+    """
+
+    ref: PodRef
+    backend_id: str
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    message: str = ""
+    #: True once the backend placed the workload (PodReadyToStartContainers).
+    placed: bool = False
+    pod_ip: str = ""
+    host_ip: str = ""
+    started_at: _dt.datetime | None = None
+    containers: tuple[ContainerState, ...] = ()
+    init_containers: tuple[ContainerState, ...] = ()
+    #: Backend-side events worth surfacing as Kubernetes Events: (type, reason, message, container).
+    events: tuple[tuple[str, str, str, str], ...] = ()
+    #: The node name the workload claims (ownership marker value), for orphan cleanup.
+    node_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """Node capacity from the backend.  cpu in millicores, memory in bytes."""
+
+    cpu_millis: int
+    memory_bytes: int
+    pods: int
+    ephemeral_storage_bytes: int | None = None
+    #: Extended resources, e.g. {"nvidia.com/gpu": 2}.
+    extended: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What the backend lets the node say about itself."""
+
+    internal_ip: str = ""
+    hostname: str = ""
+    os: str = "linux"
+    arch: str = "amd64"
+    kernel_version: str = ""
+    os_image: str = ""
+    #: e.g. ``nomad://1.11.3``.
+    runtime_version: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """What a backend supports, so the gateway can refuse the rest with a clear reason."""
+
+    #: Volume kinds the translator can place.
+    volume_kinds: frozenset[str] = frozenset(
+        {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
+    )
+    #: Pod spec features (e.g. "hostNetwork", "privileged", "initContainers", "sidecars").
+    pod_features: frozenset[str] = frozenset()
+    #: Pod spec fields changeable on a live workload without re-create.
+    updatable_fields: frozenset[str] = frozenset()
+    #: True when status.podIP is known before create (else status.* fieldRefs are backend-side).
+    max_containers: int | None = None
+
+
+# --------------------------------------------------------------------------- protocols
+
+
+@runtime_checkable
+class Translator(Protocol):
+    """Required surface of every backend."""
+
+    #: short backend name: "nomad", "zun", "batch", "simulated"
+    kind: str
+    features: Features
+
+    async def start(self) -> None:
+        """Open clients; must not fail because the backend is down (ping reports that)."""
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise ``BackendError`` when the backend is not healthy.  The caller adds a timeout."""
+
+    async def capacity(self) -> Capacity: ...
+
+    async def node_info(self) -> NodeInfo: ...
+
+    async def create(self, pod: ResolvedPod) -> WorkloadState:
+        """Submit a workload.  Idempotent by pod UID: an existing one is returned, not doubled."""
+
+    async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
+        """Apply what can change in place; return False when the change needs a re-create."""
+
+    async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+        """Stop (TERM, then KILL after grace) and remove.  Not found = done (no error)."""
+
+    async def list(self) -> Sequence[WorkloadState]:
+        """All workloads this node owns, in ONE bulk call (the reconcile backstop)."""
+
+
+@runtime_checkable
+class Notifier(Protocol):
+    """A backend that can push changes."""
+
+    def changes(self) -> AsyncIterator[WorkloadState]:
+        """Yield states as they change; reconnect internally.  Never ends until closed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LogOptions:
+    follow: bool = False
+    tail_lines: int | None = None
+    since: _dt.datetime | None = None
+    timestamps: bool = False
+    limit_bytes: int | None = None
+    previous: bool = False
+    #: "All", "Stdout" or "Stderr"
+    stream: str = "All"
+
+
+@runtime_checkable
+class LogReader(Protocol):
+    def logs(self, ref: PodRef, container: str, options: LogOptions) -> AsyncIterator[bytes]:
+        """Stream log bytes.  Raise ``BackendNotFound`` for unknown pod/container and
+        ``BackendRejected`` for an option the backend cannot honour (e.g. ``previous``)."""
+        ...
+
+
+class ExecSession(Protocol):
+    """One running exec.  Output arrives as (stream, bytes) with stream 1=stdout, 2=stderr."""
+
+    async def write_stdin(self, data: bytes) -> None: ...
+
+    async def close_stdin(self) -> None: ...
+
+    async def resize(self, width: int, height: int) -> None: ...
+
+    def output(self) -> AsyncIterator[tuple[int, bytes]]: ...
+
+    async def wait(self) -> int:
+        """Exit code, once the command ended."""
+        ...
+
+    async def cancel(self) -> None: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    async def exec(
+        self, ref: PodRef, container: str, command: Sequence[str], *, tty: bool, stdin: bool
+    ) -> ExecSession: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerUsage:
+    name: str
+    cpu_core_seconds: float | None = None
+    cpu_nano_cores: int | None = None
+    memory_working_set_bytes: int | None = None
+    memory_rss_bytes: int | None = None
+    started_at: _dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    ref: PodRef
+    containers: tuple[ContainerUsage, ...]
+    started_at: _dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    time: _dt.datetime
+    pods: tuple[PodUsage, ...]
+    cpu_core_seconds: float | None = None
+    cpu_nano_cores: int | None = None
+    memory_working_set_bytes: int | None = None
+
+
+@runtime_checkable
+class MetricsSource(Protocol):
+    async def usage(self) -> NodeUsage:
+        """Resource usage; fields the backend cannot tell stay None (never fake zeros)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TranslatorContext:
+    """What a translator factory receives: its settings table and the node it serves."""
+
+    node_name: str
+    settings: Mapping[str, Any]
+    #: Template renderer (``translators.rendering.Renderer``); typed loosely to keep this
+    #: module dependency-free.
+    renderer: Any = None

@@ -1,0 +1,399 @@
+"""The ``simulated`` backend: the test double for the core and the benchmark backend.
+
+It runs nothing.  A workload is a record (pod ref, creation time, behaviour read from
+annotations) and its state is a pure function of the clock, so tests with a fake clock are
+exact and a benchmark measures vkgate, not a backend.
+
+Behaviour per pod (annotations):
+
+====================================  =========================================================
+``vkgate.io/sim-exit-code``           containers exit with this code after ``sim-run-seconds``
+                                      (unset: they run forever)
+``vkgate.io/sim-run-seconds``         how long containers run before exiting (default 1)
+``vkgate.io/sim-stop-seconds``        how long the backend takes to stop after a delete
+                                      (default 0; capped by the grace period)
+``vkgate.io/sim-never-stop``          "true": a delete is never confirmed (force-delete tests)
+``vkgate.io/sim-fail-create``         a message: create raises ``BackendRejected`` with it
+====================================  =========================================================
+
+Settings (``[backend.simulated]``): ``start_delay`` seconds Pending→Running (default 0.5),
+``state_file`` (JSON file that keeps workloads across gateway restarts — restart/adoption
+tests use it), ``unreachable_file`` (while this path exists every call fails as if the
+backend were down), ``cpu``/``memory``/``pods``/``gpus`` capacity, ``notify_interval``.
+
+restartPolicy is honoured: ``Always`` restarts an exiting container (restartCount grows),
+``OnFailure`` restarts only non-zero exits, ``Never`` terminates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from translators.base import (
+    OWNER_VALUE,
+    BackendRejected,
+    BackendUnavailable,
+    Capacity,
+    ContainerState,
+    Features,
+    LogOptions,
+    NodeInfo,
+    Phase,
+    PodRef,
+    ResolvedPod,
+    TranslatorContext,
+    WorkloadState,
+)
+from translators.quantity import cpu_millis, parse_quantity
+
+ANN = "vkgate.io/"
+
+
+@dataclass
+class _Record:
+    ref: PodRef
+    created: float
+    containers: list[str]
+    init_containers: list[str]
+    images: dict[str, str]
+    exit_code: int | None
+    run_seconds: float
+    stop_seconds: float
+    never_stop: bool
+    restart_policy: str
+    node: str
+    deleted_at: float | None = None
+    grace: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.__dict__.copy()
+        d["ref"] = [self.ref.namespace, self.ref.name, self.ref.uid]
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> _Record:
+        d = dict(d)
+        ns, name, uid = d.pop("ref")
+        return cls(ref=PodRef(ns, name, uid), **d)
+
+
+def _ts(t: float) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).replace(microsecond=0)
+
+
+def fake_ip(uid: str) -> str:
+    """A stable, never-contacted pod IP derived from the UID (10.88.x.y)."""
+    h = hashlib.sha256(uid.encode()).digest()
+    return f"10.88.{h[0]}.{max(h[1], 1)}"
+
+
+class SimulatedTranslator:
+    kind = "simulated"
+    features = Features(
+        volume_kinds=frozenset({"configMap", "secret", "emptyDir", "projected", "downwardAPI"}),
+        pod_features=frozenset({"initContainers", "sidecars"}),
+        updatable_fields=frozenset(
+            {"metadata.labels", "metadata.annotations", "spec.activeDeadlineSeconds"}
+        ),
+    )
+
+    def __init__(
+        self,
+        ctx: TranslatorContext | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        **settings: Any,
+    ) -> None:
+        merged: dict[str, Any] = dict(ctx.settings) if ctx else {}
+        merged.update(settings)
+        self.node_name = ctx.node_name if ctx else str(merged.get("node_name", "vkgate"))
+        self.clock = clock
+        self.start_delay = float(merged.get("start_delay", 0.5))
+        self.state_file = Path(merged["state_file"]) if merged.get("state_file") else None
+        self.unreachable_file = (
+            Path(merged["unreachable_file"]) if merged.get("unreachable_file") else None
+        )
+        self.notify_interval = float(merged.get("notify_interval", 0.2))
+        self._capacity = Capacity(
+            cpu_millis=cpu_millis(merged.get("cpu", "16")),
+            memory_bytes=int(parse_quantity(merged.get("memory", "64Gi"))),
+            pods=int(merged.get("pods", 500)),
+            extended={"nvidia.com/gpu": int(merged["gpus"])} if merged.get("gpus") else {},
+        )
+        self._records: dict[str, _Record] = {}
+        self._logs: dict[str, list[bytes]] = {}
+        self._closed = asyncio.Event()
+        self.calls: dict[str, int] = {"create": 0, "delete": 0, "list": 0}
+        self._load()
+
+    # -- persistence -------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self.state_file and self.state_file.exists():
+            raw = json.loads(self.state_file.read_text() or "{}")
+            self._records = {uid: _Record.from_json(r) for uid, r in raw.items()}
+
+    def _save(self) -> None:
+        if not self.state_file:
+            return
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        tmp.write_text(json.dumps({uid: r.to_json() for uid, r in self._records.items()}))
+        os.replace(tmp, self.state_file)
+
+    def _check_reachable(self) -> None:
+        if self.unreachable_file is not None and self.unreachable_file.exists():
+            raise BackendUnavailable(
+                f"simulated backend unreachable ({self.unreachable_file} exists)"
+            )
+
+    # -- Translator ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._closed.set()
+
+    async def ping(self) -> None:
+        self._check_reachable()
+
+    async def capacity(self) -> Capacity:
+        self._check_reachable()
+        return self._capacity
+
+    async def node_info(self) -> NodeInfo:
+        return NodeInfo(
+            internal_ip="",
+            hostname=self.node_name,
+            kernel_version="simulated",
+            os_image="vkgate simulated backend",
+            runtime_version="simulated://0.1",
+        )
+
+    async def create(self, pod: ResolvedPod) -> WorkloadState:
+        self._check_reachable()
+        self.calls["create"] += 1
+        existing = self._records.get(pod.uid)
+        if existing is not None:
+            return self._state(existing, self.clock())
+        ann: Mapping[str, str] = pod.pod.get("metadata", {}).get("annotations", {}) or {}
+        if ann.get(ANN + "sim-fail-create"):
+            raise BackendRejected(ann[ANN + "sim-fail-create"], reason="ProviderFailed")
+        exit_code = ann.get(ANN + "sim-exit-code")
+        rec = _Record(
+            ref=pod.ref,
+            created=self.clock(),
+            containers=[c.name for c in pod.containers],
+            init_containers=[c.name for c in pod.init_containers],
+            images={c.name: c.image for c in (*pod.init_containers, *pod.containers)},
+            exit_code=int(exit_code) if exit_code not in (None, "") else None,
+            run_seconds=float(ann.get(ANN + "sim-run-seconds", 1)),
+            stop_seconds=float(ann.get(ANN + "sim-stop-seconds", 0)),
+            never_stop=str(ann.get(ANN + "sim-never-stop", "")).lower() == "true",
+            restart_policy=str(pod.pod.get("spec", {}).get("restartPolicy", "Always")),
+            node=self.node_name,
+        )
+        self._records[pod.uid] = rec
+        self._logs[pod.uid] = [
+            f"{c.name}: ".encode()
+            + " ".join((*c.command, *c.args)).encode()
+            + b"\n"
+            + b"".join(f"{e.name}={'<secret>' if e.secret else e.value}\n".encode() for e in c.env)
+            for c in pod.containers
+        ]
+        self._save()
+        return self._state(rec, rec.created)
+
+    async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
+        self._check_reachable()
+        return True
+
+    async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+        self._check_reachable()
+        self.calls["delete"] += 1
+        rec = self._records.get(ref.uid)
+        if rec is None:
+            return
+        if rec.deleted_at is None:
+            rec.deleted_at = self.clock()
+            rec.grace = float(grace_seconds)
+            self._save()
+        self._gc(self.clock())
+
+    async def list(self) -> Sequence[WorkloadState]:
+        self._check_reachable()
+        self.calls["list"] += 1
+        now = self.clock()
+        self._gc(now)
+        return [self._state(r, now) for r in self._records.values()]
+
+    # -- Notifier ------------------------------------------------------------------------
+
+    async def changes(self) -> AsyncIterator[WorkloadState]:
+        last: dict[str, WorkloadState] = {}
+        while not self._closed.is_set():
+            try:
+                states = await self.list()
+            except BackendUnavailable:
+                states = []
+            for st in states:
+                if last.get(st.ref.uid) != st:
+                    last[st.ref.uid] = st
+                    yield st
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self.notify_interval)
+
+    # -- LogReader -----------------------------------------------------------------------
+
+    async def logs(self, ref: PodRef, container: str, options: LogOptions) -> AsyncIterator[bytes]:
+        from translators.base import BackendNotFound
+
+        rec = self._records.get(ref.uid)
+        if rec is None or container not in rec.containers + rec.init_containers:
+            raise BackendNotFound(f"no container {container!r} in pod {ref.key}")
+        for chunk in self._logs.get(ref.uid, []):
+            if chunk.startswith(container.encode() + b":"):
+                yield chunk
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _gc(self, now: float) -> None:
+        gone = [
+            uid
+            for uid, r in self._records.items()
+            if r.deleted_at is not None
+            and not r.never_stop
+            and now >= r.deleted_at + min(r.stop_seconds, r.grace)
+        ]
+        for uid in gone:
+            del self._records[uid]
+            self._logs.pop(uid, None)
+        if gone:
+            self._save()
+
+    def _container(self, rec: _Record, name: str, now: float, start: float) -> ContainerState:
+        cid = f"simulated://{rec.ref.uid[:8]}/{name}"
+        image = rec.images.get(name, "")
+        stopping = rec.deleted_at is not None and now >= rec.deleted_at
+        if now < start:
+            return ContainerState(
+                name=name, state="waiting", reason="ContainerCreating", image=image, container_id=""
+            )
+        if rec.exit_code is None or (rec.run_seconds <= 0 and rec.exit_code is None):
+            if stopping:
+                return ContainerState(
+                    name=name,
+                    state="terminated",
+                    reason="Error",
+                    exit_code=143,
+                    signal=15,
+                    started_at=_ts(start),
+                    finished_at=_ts(rec.deleted_at or now),
+                    image=image,
+                    container_id=cid,
+                )
+            return ContainerState(
+                name=name,
+                state="running",
+                started_at=_ts(start),
+                ready=True,
+                image=image,
+                container_id=cid,
+            )
+        runs_forever = rec.restart_policy == "Always" or (
+            rec.restart_policy == "OnFailure" and rec.exit_code != 0
+        )
+        period = max(rec.run_seconds, 0.001)
+        elapsed = now - start
+        if not runs_forever:
+            if elapsed < period and not stopping:
+                return ContainerState(
+                    name=name,
+                    state="running",
+                    started_at=_ts(start),
+                    ready=True,
+                    image=image,
+                    container_id=cid,
+                )
+            code = rec.exit_code if elapsed >= period else 143
+            return ContainerState(
+                name=name,
+                state="terminated",
+                exit_code=code,
+                reason="Completed" if code == 0 else "Error",
+                started_at=_ts(start),
+                finished_at=_ts(start + min(elapsed, period)),
+                image=image,
+                container_id=cid,
+            )
+        restarts = int(elapsed // period)
+        last = None
+        if restarts:
+            last = ContainerState(
+                name=name,
+                state="terminated",
+                exit_code=rec.exit_code,
+                reason="Completed" if rec.exit_code == 0 else "Error",
+                started_at=_ts(start + (restarts - 1) * period),
+                finished_at=_ts(start + restarts * period),
+                container_id=cid,
+            )
+        return ContainerState(
+            name=name,
+            state="running",
+            started_at=_ts(start + restarts * period),
+            ready=True,
+            restart_count=restarts,
+            image=image,
+            container_id=cid,
+            last_terminated=last,
+        )
+
+    def _state(self, rec: _Record, now: float) -> WorkloadState:
+        start = rec.created + self.start_delay
+        init = tuple(
+            ContainerState(
+                name=n,
+                state="terminated",
+                exit_code=0,
+                reason="Completed",
+                started_at=_ts(rec.created),
+                finished_at=_ts(start),
+                image=rec.images.get(n, ""),
+                container_id=f"simulated://{rec.ref.uid[:8]}/{n}",
+            )
+            if now >= start
+            else ContainerState(
+                name=n, state="waiting", reason="PodInitializing", image=rec.images.get(n, "")
+            )
+            for n in rec.init_containers
+        )
+        containers = tuple(self._container(rec, n, now, start) for n in rec.containers)
+        if now < start:
+            phase = Phase.PENDING
+        elif all(c.state == "terminated" for c in containers):
+            phase = Phase.SUCCEEDED if all(c.exit_code == 0 for c in containers) else Phase.FAILED
+        else:
+            phase = Phase.RUNNING
+        return WorkloadState(
+            ref=rec.ref,
+            backend_id=f"sim-{rec.ref.uid}",
+            phase=phase,
+            placed=now >= rec.created,
+            pod_ip=fake_ip(rec.ref.uid) if now >= start else "",
+            started_at=_ts(rec.created),
+            containers=containers,
+            init_containers=init,
+            node_name=rec.node or OWNER_VALUE,
+        )
