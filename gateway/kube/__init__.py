@@ -1,0 +1,1 @@
+"""Kubernetes API access: the HTTP client, error mapping, list+watch reflector, events."""

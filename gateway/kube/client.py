@@ -1,0 +1,487 @@
+"""The one HTTP client to the Kubernetes API: httpx, raw JSON dicts, no generated models.
+
+Why not the ``kubernetes`` package's ApiClient: it is synchronous, and its typed models drop
+fields they do not know on a round trip (a PUT of a pod read with an older client erases newer
+fields).  We keep the objects as the JSON the server sent and borrow exactly one thing from the
+``kubernetes`` package: loading kubeconfig / in-cluster credentials into a ``KubeConfig``.
+
+Design decisions:
+
+* **Transport seam.** ``KubeClient(config, transport=...)`` takes an optional httpx transport, so
+  unit tests use ``httpx.MockTransport``/respx and the same code runs against a real server.
+* **One error mapping.** Every failure goes through ``errors.error_from_status`` /
+  ``errors.error_from_transport``.
+* **Rate limit** is a token bucket (``kube.qps``/``kube.burst``) shared by every request,
+  watches included (a watch costs one token when it opens).
+* **Retries are data** (``RetryPolicy``): idempotent reads are retried on 5xx / 429 / connection
+  errors with jittered backoff, honouring ``Retry-After``; writes only on 429, which the server
+  sends before doing anything (APF throttling), so a retry can never apply a write twice.
+* ``stats`` counts every write sent, keyed ``(verb, resource[/subresource])``, for tests and the
+  benchmark (e.g. ``stats[("patch", "pods/status")]``).
+* All waiting goes through ``gateway.clock.Clock`` so timing is testable with a fake clock.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import logging
+import os
+import random
+import ssl
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+import httpx
+
+from gateway.clock import Clock, SystemClock
+from gateway.errors import StartupError
+from gateway.kube.errors import ApiError, error_from_status, error_from_transport
+
+log = logging.getLogger("gateway.kube")
+
+USER_AGENT = "vkgate/0.1.0"
+PatchType = Literal["strategic", "merge", "json", "apply"]
+PATCH_CONTENT_TYPES: dict[str, str] = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",  # JSON is valid YAML
+}
+_WRITE_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+# --------------------------------------------------------------------------- JSON shapes
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    generation: int
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[dict[str, Any]]
+    deletionTimestamp: str
+    creationTimestamp: str
+
+
+class ListMeta(TypedDict, total=False):
+    resourceVersion: str
+    # "continue" is a keyword; read it with .get("continue")
+
+
+class WatchEvent(TypedDict):
+    type: str
+    object: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    """Where the API server is and how to authenticate (client cert and/or bearer token).
+
+    Exposed as ``KubeClient.config`` so the kubelet server can reuse the CA or client cert.
+    """
+
+    server: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    tls_server_name: str | None = None
+    #: Returns the ``Authorization`` header value ("Bearer …") or None; called per request so
+    #: rotated tokens (projected service-account tokens, exec plugins) are picked up.
+    token_source: Callable[[], str | None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def token(self) -> str | None:
+        return self.token_source() if self.token_source else None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.ca_file or None)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file or None)
+        return ctx
+
+
+def load_config(path: str = "", *, context: str = "") -> KubeConfig:
+    """Load credentials with the ``kubernetes`` package: ``path``, else ``$KUBECONFIG``, else
+    in-cluster (service account), else ``~/.kube/config``.  Raises ``StartupError``."""
+    from kubernetes import client as kclient
+    from kubernetes.config import incluster_config, kube_config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = kclient.Configuration()
+    in_cluster = (
+        not path
+        and not os.environ.get("KUBECONFIG")
+        and bool(os.environ.get(incluster_config.SERVICE_HOST_ENV_NAME))
+    )
+    source = (
+        "in-cluster service account"
+        if in_cluster
+        else (path or os.environ.get("KUBECONFIG") or "~/.kube/config")
+    )
+    try:
+        if in_cluster:
+            incluster_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path or os.environ.get("KUBECONFIG") or None,
+                context=context or None,
+                client_configuration=cfg,
+                persist_config=False,
+            )
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        raise StartupError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
+
+    def token_source() -> str | None:
+        value: str | None = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if value and value.lower().startswith("bearer "):
+            value = "Bearer " + value[7:]
+        return value
+
+    has_token = bool(cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization"))
+    return KubeConfig(
+        server=str(cfg.host).rstrip("/"),
+        ca_file=cfg.ssl_ca_cert or None,
+        cert_file=cfg.cert_file or None,
+        key_file=cfg.key_file or None,
+        verify=bool(cfg.verify_ssl),
+        tls_server_name=getattr(cfg, "tls_server_name", None) or None,
+        token_source=token_source if has_token else None,
+    )
+
+
+# --------------------------------------------------------------------------- policies
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before retrying a request.  Pure data + one pure function."""
+
+    #: Backoff before retry n (the list length is the retry budget).
+    delays: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
+    #: Each delay is multiplied by a random factor in [1 - jitter, 1 + jitter].
+    jitter: float = 0.2
+    #: Upper bound for a server-sent Retry-After.
+    max_retry_after: float = 30.0
+    #: Methods retried on any retryable error; other methods only on 429.
+    idempotent: frozenset[str] = frozenset({"GET", "HEAD"})
+
+    def delay(self, method: str, attempt: int, err: ApiError, rng: random.Random) -> float | None:
+        """Seconds to wait before retry ``attempt`` (0-based), or None to give up."""
+        if attempt >= len(self.delays) or not err.retryable:
+            return None
+        if method not in self.idempotent and err.status != 429:
+            return None
+        base = self.delays[attempt] * rng.uniform(1 - self.jitter, 1 + self.jitter)
+        if err.retry_after is not None:
+            base = max(base, min(err.retry_after, self.max_retry_after))
+        return base
+
+
+class TokenBucket:
+    """Client-side rate limit: ``burst`` tokens, refilled at ``qps`` per second; qps <= 0 = off."""
+
+    def __init__(self, qps: float, burst: int, *, clock: Clock) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._tokens = float(self.burst)
+        self._last = clock.monotonic()
+        self._waiters = 0
+
+    def _refill(self) -> None:
+        now = self._clock.monotonic()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+
+    async def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        self._refill()
+        # Reserve a token now (possibly going negative) so concurrent callers queue fairly.
+        self._tokens -= 1.0
+        if self._tokens < 0:
+            await self._clock.sleep(-self._tokens / self.qps)
+
+
+# --------------------------------------------------------------------------- the client
+
+
+def resource_of(path: str) -> str:
+    """``/api/v1/namespaces/ns/pods/p/status`` → ``pods/status`` (for ``stats``)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    if len(parts) > 2 and parts[0] == "namespaces":
+        parts = parts[2:]
+    if not parts:
+        return ""
+    return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
+
+
+class _Auth(httpx.Auth):
+    def __init__(self, config: KubeConfig) -> None:
+        self._config = config
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        token = self._config.token
+        if token:
+            request.headers["Authorization"] = token
+        yield request
+
+
+class KubeClient:
+    """Async Kubernetes API client over raw JSON.  Paths are raw API paths."""
+
+    def __init__(
+        self,
+        config: KubeConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        qps: float = 50.0,
+        burst: int = 100,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.server = config.server.rstrip("/")
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.clock: Clock = clock or SystemClock()
+        self.stats: Counter[tuple[str, str]] = Counter()
+        self._rng = rng or random.Random()
+        self._limiter = TokenBucket(qps, burst, clock=self.clock)
+        self._extensions: dict[str, Any] = (
+            {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
+        )
+        verify: ssl.SSLContext | bool = True
+        if transport is None and self.server.startswith("https"):
+            verify = config.ssl_context()
+        self._http = httpx.AsyncClient(
+            base_url=self.server,
+            transport=transport,
+            verify=verify,
+            auth=_Auth(config),
+            timeout=httpx.Timeout(timeout),
+            headers={"Accept": "application/json", "User-Agent": USER_AGENT},
+        )
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def from_settings(cls, s: Any, **kwargs: Any) -> KubeClient:
+        """From ``gateway.config.KubeSettings`` (kubeconfig, context, qps, burst, timeout)."""
+        config = load_config(s.kubeconfig, context=s.context)
+        return cls(config, qps=s.qps, burst=s.burst, timeout=s.timeout, **kwargs)
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        path: str | Path,
+        *,
+        context: str = "",
+        qps: float = 50.0,
+        burst: int = 100,
+        **kwargs: Any,
+    ) -> KubeClient:
+        return cls(load_config(str(path), context=context), qps=qps, burst=burst, **kwargs)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- core --------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        """Send one request (with rate limit and retries) and return the decoded JSON body."""
+        method = method.upper()
+        hdrs = dict(headers or {})
+        content: bytes | None = None
+        if json is not None:
+            content = _json.dumps(json, separators=(",", ":")).encode()
+            hdrs["Content-Type"] = content_type or "application/json"
+        verb = _WRITE_VERBS.get(method)
+        attempt = 0
+        while True:
+            await self._limiter.acquire()
+            if verb:
+                self.stats[(verb, resource_of(path))] += 1
+            err: ApiError
+            try:
+                resp = await self._http.request(
+                    method,
+                    path,
+                    params=_params(params),
+                    content=content,
+                    headers=hdrs,
+                    extensions=self._extensions,
+                )
+            except httpx.TransportError as exc:
+                err = error_from_transport(exc, context=f"{method} {self.server}{path}")
+                err.__cause__ = exc
+            else:
+                if resp.status_code < 400:
+                    return _decode(resp)
+                err = error_from_status(
+                    resp.status_code, resp.content, retry_after=resp.headers.get("Retry-After")
+                )
+            delay = self.retry.delay(method, attempt, err, self._rng)
+            if delay is None:
+                raise err
+            log.debug("%s %s failed (%s); retry %d in %.2fs", method, path, err, attempt + 1, delay)
+            attempt += 1
+            await self.clock.sleep(delay)
+
+    async def get(self, path: str, *, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return await self.request("GET", path, params=params)
+
+    async def list(
+        self, path: str, *, params: Mapping[str, Any] | None = None, limit: int = 500
+    ) -> dict[str, Any]:
+        """LIST in pages of ``limit``, following ``continue``; one merged list back."""
+        query = dict(params or {})
+        query.setdefault("limit", limit)
+        items: list[dict[str, Any]] = []
+        while True:
+            page = await self.get(path, params=query)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return {
+                    "kind": page.get("kind", ""),
+                    "apiVersion": page.get("apiVersion", ""),
+                    "metadata": {"resourceVersion": meta.get("resourceVersion", "")},
+                    "items": items,
+                }
+            query["continue"] = token
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", path, json=body)
+
+    async def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("PUT", path, json=body)
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        patch_type: PatchType = "strategic",
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if field_manager:
+            params["fieldManager"] = field_manager
+        if force:
+            params["force"] = "true"
+        return await self.request(
+            "PATCH",
+            path,
+            params=params or None,
+            json=body,
+            content_type=PATCH_CONTENT_TYPES[patch_type],
+        )
+
+    async def delete(
+        self, path: str, *, body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """DELETE; the returned object/Status, or None for an empty body.  404 raises NotFound."""
+        result = await self.request("DELETE", path, json=body)
+        return result or None
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream watch events ``{"type", "object"}`` (line-delimited JSON).
+
+        HTTP 410 or an ``ERROR`` event with code 410 raise ``Gone``; other ``ERROR`` events
+        raise their mapped ``ApiError``.  A clean server close just ends the iteration.
+        ``read_timeout`` None = wait forever (the Reflector's inactivity watchdog bounds it).
+        """
+        query = dict(params or {})
+        query["watch"] = "true"
+        await self._limiter.acquire()
+        timeout = httpx.Timeout(self.timeout, read=read_timeout)
+        try:
+            async with self._http.stream(
+                "GET",
+                path,
+                params=_params(query),
+                timeout=timeout,
+                extensions=self._extensions,
+            ) as resp:
+                if resp.status_code >= 400:
+                    body = await resp.aread()
+                    raise error_from_status(
+                        resp.status_code, body, retry_after=resp.headers.get("Retry-After")
+                    )
+                async for line in resp.aiter_lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        event = _json.loads(line)
+                    except ValueError as exc:
+                        raise ApiError(f"malformed watch event on {path}: {line[:200]!r}") from exc
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise error_from_status(int(status.get("code") or 500), status)
+                    yield event
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, context=f"watch {self.server}{path}") from exc
+
+
+def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:
+    if not params:
+        return None
+    out: dict[str, str] = {}
+    for k, v in params.items():
+        if v is None:
+            continue
+        out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return out
+
+
+def _decode(resp: httpx.Response) -> dict[str, Any]:
+    if not resp.content:
+        return {}
+    try:
+        data = resp.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {"items": data}
