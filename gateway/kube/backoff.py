@@ -1,0 +1,29 @@
+"""Jittered exponential backoff as data, for loops that retry until cancelled.
+
+``Backoff.delay(n)`` is the wait after the n-th consecutive failure (n >= 1):
+``min(cap, base * factor**(n-1))`` scaled by a random factor in ``[1 - jitter, 1]``.  The
+jitter only shortens a delay, so ``cap`` is a hard upper bound and many agents that failed at
+the same moment (API server restart) spread their retries instead of stampeding.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Backoff:
+    base: float = 0.5
+    factor: float = 2.0
+    cap: float = 30.0
+    jitter: float = 0.2
+
+    def raw(self, failures: int) -> float:
+        """The un-jittered delay after ``failures`` consecutive failures."""
+        exp = min(max(failures, 1) - 1, 64)
+        return float(min(self.cap, self.base * self.factor**exp))
+
+    def delay(self, failures: int, rng: random.Random | None = None) -> float:
+        raw = self.raw(failures)
+        return raw * (rng or random).uniform(1.0 - self.jitter, 1.0)
