@@ -1,0 +1,159 @@
+"""A real Nomad dev agent (server + client in one process) on loopback, raw_exec enabled.
+
+Why a config file on top of ``-dev``: dev mode alone would use fixed ports 4646-4648 (parallel
+sessions collide), run the update check, and let the cloud fingerprinters probe
+169.254.169.254.  The file (reference nomad.md §10) sets free ports on 127.0.0.1, turns the
+update check off (plus ``CHECKPOINT_DISABLE=1``), denies the ``env_*`` fingerprinters and the
+docker/java/qemu drivers, enables raw_exec explicitly and puts all state under our temp dir.
+
+Root and cgroups: as root Nomad must create its own cgroup and treats failure as fatal; as
+non-root it turns cgroups off and raw_exec still works.  What this host needed is recorded in
+``CGROUP_NOTE`` and chosen by ``cgroup_mode`` (see ``_config``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.devstack.controlplane import binary
+from gateway.devstack.process import Proc, free_port, wait_for
+
+DATACENTER = "dc1"
+FINGERPRINT_DENYLIST = "env_aws,env_gce,env_azure,env_digitalocean"
+DRIVER_DENYLIST = "docker,java,qemu"
+
+
+def _config(*, workdir: Path, http: int, rpc: int, serf: int) -> str:
+    # HCL is a superset of JSON: the agent reads a .json config file directly.
+    cfg: dict[str, Any] = {
+        "datacenter": DATACENTER,
+        "bind_addr": "127.0.0.1",
+        "data_dir": str(workdir / "data"),
+        "disable_update_check": True,
+        "log_level": "INFO",
+        "ports": {"http": http, "rpc": rpc, "serf": serf},
+        "advertise": {"http": "127.0.0.1", "rpc": "127.0.0.1", "serf": "127.0.0.1"},
+        "client": {
+            "enabled": True,
+            "network_interface": "lo",
+            "alloc_dir": str(workdir / "alloc"),
+            "state_dir": str(workdir / "client"),
+            "options": {
+                "fingerprint.denylist": FINGERPRINT_DENYLIST,
+                "driver.denylist": DRIVER_DENYLIST,
+            },
+        },
+        "plugin": {"raw_exec": {"config": {"enabled": True}}},
+        "consul": {"auto_advertise": False, "server_auto_join": False, "client_auto_join": False},
+        "vault": {"enabled": False},
+    }
+    return json.dumps(cfg, indent=2)
+
+
+@dataclass
+class NomadAgent:
+    """A running ``nomad agent -dev``."""
+
+    workdir: Path
+    address: str
+    proc: Proc
+    datacenter: str = DATACENTER
+    ready_seconds: float = 0.0
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.address + path, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def nodes(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.get("/v1/nodes")
+        return result
+
+    def stop(self) -> None:
+        """Stop the agent (its whole process group: raw_exec tasks too) and remove its dirs."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.proc.stop(timeout=15)
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _ready_node(agent_address: str) -> dict[str, Any] | None:
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(agent_address + path, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    try:
+        if not get("/v1/status/leader"):
+            return None
+        for node in get("/v1/nodes"):
+            if node.get("Status") == "ready":
+                found: dict[str, Any] = node
+                return found
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return None
+
+
+def launch_nomad(*, workdir: Path | None = None, timeout: float = 90.0) -> NomadAgent:
+    """Start the dev agent and wait for a leader and a ready node; the caller must stop it."""
+    exe = binary("nomad")
+    wd = workdir or Path(tempfile.mkdtemp(prefix="vkgate-nomad-"))
+    proc: Proc | None = None
+    try:
+        http, rpc, serf = free_port(), free_port(), free_port()
+        conf = wd / "agent.json"
+        conf.write_text(_config(workdir=wd, http=http, rpc=rpc, serf=serf))
+        env = dict(os.environ, CHECKPOINT_DISABLE="1")
+        address = f"http://127.0.0.1:{http}"
+        started = time.monotonic()
+        proc = Proc(
+            "nomad",
+            [str(exe), "agent", "-dev", f"-config={conf}"],
+            log_file=wd / "nomad.log",
+            env=env,
+            cwd=wd,
+        )
+        wait_for(
+            "nomad leader and a ready node",
+            lambda: _ready_node(address),
+            timeout=timeout,
+            interval=0.25,
+            proc=proc,
+        )
+        agent = NomadAgent(
+            workdir=wd, address=address, proc=proc, ready_seconds=time.monotonic() - started
+        )
+    except BaseException:
+        if proc is not None:
+            proc.stop(timeout=5)
+        if workdir is None:
+            shutil.rmtree(wd, ignore_errors=True)
+        raise
+    return agent
+
+
+@contextlib.contextmanager
+def start_nomad(*, workdir: Path | None = None, timeout: float = 90.0) -> Iterator[NomadAgent]:
+    agent = launch_nomad(workdir=workdir, timeout=timeout)
+    try:
+        yield agent
+    finally:
+        agent.stop()
