@@ -1,0 +1,204 @@
+"""The pod work queue: one worker per key, delayed re-adds, per-key backoff, a retry rate limit.
+
+Why a queue of *keys* (client-go's workqueue, kopf's one-worker-per-object): a handler always
+reads the newest object from the cache, so ten watch events for one pod collapse into one sync,
+and two workers can never act on the same pod at once.  Rules (contract §3):
+
+* **De-dup.**  A key is queued at most once; adding it again can only move its due time
+  *earlier* (``add(key, delay=…)`` never postpones work that is already due).
+* **Serialization.**  A key handed to a worker is *in flight* until ``done(key)``.  An ``add``
+  meanwhile is remembered ("dirty") and the key is re-queued when the worker is done — never
+  handed to a second worker.
+* **Per-key backoff.**  ``retry(key)`` re-adds after ``min(cap, base·2^(n-1))`` (jittered,
+  ``Retry-After`` honoured), n = consecutive failures of that key; ``forget(key)`` resets n.
+* **Global rate limit** on *retries only* (a token bucket): a burst of failing pods cannot hammer
+  the backend, while first attempts of new pods are never throttled (Go VK's mistake, §10.11).
+
+Keys are opaque strings; the pod controller uses ``ns/name`` for syncs and ``ns/name/uid`` for
+the cleanup of a pod that is gone from the API.  All time goes through ``gateway.clock.Clock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import random
+from dataclasses import dataclass
+
+from gateway.clock import Clock, SystemClock
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Per-key retry delays: ``min(cap, base * 2**(failures-1))`` stretched by up to ``jitter``
+    (never above ``cap``)."""
+
+    base: float = 0.5
+    cap: float = 60.0
+    jitter: float = 0.1
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        raw = min(self.cap, self.base * 2.0 ** min(max(failures, 1) - 1, 62))
+        return min(self.cap, raw * (1.0 + self.jitter * rng.random()))
+
+
+class RetryLimiter:
+    """Token bucket for retries: ``reserve()`` returns how long the caller must wait."""
+
+    def __init__(self, qps: float, burst: int, *, clock: Clock) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._tokens = float(self.burst)
+        self._last = clock.monotonic()
+
+    def reserve(self) -> float:
+        if self.qps <= 0:
+            return 0.0
+        now = self._clock.monotonic()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+
+class ShutDown(Exception):
+    """``get()`` on a queue that was shut down."""
+
+
+class WorkQueue:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        backoff: BackoffPolicy | None = None,
+        retry_qps: float = 20.0,
+        retry_burst: int = 50,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.backoff = backoff or BackoffPolicy()
+        self.limiter = RetryLimiter(retry_qps, retry_burst, clock=self.clock)
+        self._rng = rng or random.Random()
+        self._due: dict[str, float] = {}  # queued key -> due (monotonic)
+        self._heap: list[tuple[float, int, str]] = []  # may hold stale entries
+        self._seq = itertools.count()
+        self._processing: set[str] = set()
+        self._dirty: dict[str, float] = {}  # in-flight key re-added -> due
+        self._failures: dict[str, int] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._shutdown = False
+
+    # -- adding --------------------------------------------------------------------------
+
+    def add(self, key: str, *, delay: float = 0.0) -> None:
+        """Queue ``key`` to run after ``delay`` seconds (or sooner if already due sooner)."""
+        if self._shutdown:
+            return
+        due = self.clock.monotonic() + max(0.0, delay)
+        if key in self._processing:
+            prev = self._dirty.get(key)
+            self._dirty[key] = due if prev is None else min(prev, due)
+            return
+        prev = self._due.get(key)
+        if prev is not None and prev <= due:
+            return
+        self._due[key] = due
+        heapq.heappush(self._heap, (due, next(self._seq), key))
+        self._wake()
+
+    def retry(self, key: str, *, retry_after: float | None = None) -> float:
+        """Re-add after this key's backoff (and the global retry limit); returns the delay."""
+        n = self._failures.get(key, 0) + 1
+        self._failures[key] = n
+        delay = self.backoff.delay(n, self._rng)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        delay = max(delay, self.limiter.reserve())
+        self.add(key, delay=delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        """The key succeeded: its next failure starts the backoff from the beginning."""
+        self._failures.pop(key, None)
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    # -- taking --------------------------------------------------------------------------
+
+    async def get(self) -> str:
+        """Wait for a due key that no other worker holds; the caller must call ``done``."""
+        while True:
+            if self._shutdown:
+                raise ShutDown
+            now = self.clock.monotonic()
+            wait: float | None = None
+            while self._heap:
+                due, _, key = self._heap[0]
+                if self._due.get(key) != due:
+                    heapq.heappop(self._heap)  # stale (moved earlier or taken)
+                    continue
+                if due <= now:
+                    heapq.heappop(self._heap)
+                    del self._due[key]
+                    self._processing.add(key)
+                    return key
+                wait = due - now
+                break
+            await self._wait(wait)
+
+    def done(self, key: str) -> None:
+        """Release an in-flight key; re-queue it if it was added meanwhile."""
+        self._processing.discard(key)
+        due = self._dirty.pop(key, None)
+        if due is not None and not self._shutdown:
+            delay = max(0.0, due - self.clock.monotonic())
+            self.add(key, delay=delay)
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        self._wake()
+
+    # -- introspection -------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._due or key in self._dirty
+
+    @property
+    def in_flight(self) -> frozenset[str]:
+        return frozenset(self._processing)
+
+    def due_in(self, key: str) -> float | None:
+        """Seconds until ``key`` is due (None if not queued)."""
+        due = self._due.get(key, self._dirty.get(key))
+        return None if due is None else due - self.clock.monotonic()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _wait(self, seconds: float | None) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        if seconds is None:
+            await fut
+            return
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        try:
+            await asyncio.wait({fut, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            if not fut.done():
+                fut.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
