@@ -1,0 +1,179 @@
+"""The agent: build the components from settings, start them in order, stop them in reverse.
+
+    App(settings)
+      .kube        KubeClient           (gateway.kube)
+      .translator  the backend          (entry point group ``vkgate.translators``, by backend.kind)
+      .events      EventRecorder
+      .node        NodeController       (registration, status, Lease, backend health)
+      .pods        PodController        (gateway.pods; None until wired)
+      .kubelet     kubelet HTTPS server (gateway.kubelet; None until wired)
+
+``start()`` starts the translator, then the node (blocks until the Node is registered: it
+retries while the API server is unreachable), then each optional component in
+``components()`` order; ``stop()`` goes in reverse.  A component is any object with async
+``start()`` and ``stop()``: to add one, construct it in ``__init__``, assign the attribute, and
+list it in ``components()``.
+
+``run_forever(settings)`` is what ``vkgate run`` calls: logging, SIGTERM/SIGINT → clean stop
+(stop renewing, leave the Node unless ``node.delete_on_shutdown``), exit code 0; a
+``StartupError`` (bad credentials, missing translator, no Lease API) → one error line, exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from importlib.metadata import entry_points
+from typing import Any
+
+from gateway.clock import Clock, SystemClock
+from gateway.config import Settings
+from gateway.errors import StartupError
+from gateway.kube.client import KubeClient
+from gateway.kube.events import EventRecorder
+from gateway.logging_setup import setup_logging
+from gateway.node.controller import NodeController
+from translators.base import Translator, TranslatorContext
+
+log = logging.getLogger("gateway.app")
+
+ENTRY_POINT_GROUP = "vkgate.translators"
+
+
+def load_translator(settings: Settings) -> Translator:
+    """Import only the configured backend (others may lack their optional dependencies)."""
+    kind = settings.backend.kind
+    found = entry_points(group=ENTRY_POINT_GROUP, name=kind)
+    if not found:
+        raise StartupError(
+            f"backend.kind = {kind!r}: no translator registered under entry point group "
+            f"{ENTRY_POINT_GROUP!r} (is the package that provides it installed?)"
+        )
+    ep = next(iter(found))
+    try:
+        factory = ep.load()
+    except ImportError as exc:
+        raise StartupError(
+            f"backend.kind = {kind!r}: cannot import {ep.value} ({exc}); "
+            f"install its extra: pip install 'vkgate[{kind}]'"
+        ) from exc
+    from translators.rendering import Renderer
+
+    ctx = TranslatorContext(
+        node_name=settings.node.name,
+        settings=settings.backend.table(),
+        renderer=Renderer(extra_dirs=settings.templates.dirs),
+    )
+    try:
+        translator: Translator = factory(ctx)
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        raise StartupError(f"backend.{kind}: {exc}") from exc
+    return translator
+
+
+class App:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kube: KubeClient | None = None,
+        translator: Translator | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.kube = kube or KubeClient.from_settings(settings.kube, clock=self.clock)
+        self.translator = translator or load_translator(settings)
+        self.events = EventRecorder(
+            self.kube, component="vkgate", host=settings.node.name, clock=self.clock
+        )
+        self.node = NodeController(
+            self.kube, self.translator, settings, clock=self.clock, events=self.events
+        )
+        #: gateway.pods PodController (the pods helper wires it here).
+        self.pods: Any = None
+        #: gateway.kubelet server (the kubelet helper wires it here).
+        self.kubelet: Any = None
+        self._stop = asyncio.Event()
+        self._started: list[Any] = []
+
+    def components(self) -> list[Any]:
+        """Optional components, in start order (each has async start()/stop())."""
+        return [c for c in (self.pods, self.kubelet) if c is not None]
+
+    async def start(self) -> None:
+        await self.translator.start()
+        self._started.append(self.translator)
+        await self.node.start()
+        self._started.append(self.node)
+        for component in self.components():
+            await component.start()
+            self._started.append(component)
+
+    async def stop(self) -> None:
+        """Stop what was started, in reverse; then close the translator and the client."""
+        while self._started:
+            component = self._started.pop()
+            try:
+                if component is self.translator:
+                    await self.translator.close()
+                else:
+                    await component.stop()
+            except Exception:
+                log.exception("error while stopping %s", type(component).__name__)
+        await self.kube.aclose()
+
+    def request_stop(self) -> None:
+        if self._stop.is_set():
+            log.info("already stopping")
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Start, wait for ``request_stop()``, stop.  A stop during startup cancels it."""
+        starting = asyncio.create_task(self.start(), name="app-start")
+        stopping = asyncio.create_task(self._stop.wait(), name="app-stop")
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done():
+                starting.result()  # StartupError propagates after stop() below
+                log.info("vkgate is running as node %s", self.settings.node.name)
+                await stopping
+            else:
+                log.info("stop requested during startup")
+        finally:
+            for t in (starting, stopping):
+                if not t.done():
+                    t.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await t
+            await self.stop()
+
+
+async def _main(settings: Settings) -> int:
+    app = App(settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, app.request_stop)
+    log.info(
+        "vkgate starting: node %s, backend %s, API server %s",
+        settings.node.name,
+        settings.backend.kind,
+        app.kube.server,
+    )
+    await app.run()
+    log.info("vkgate stopped")
+    return 0
+
+
+def run_forever(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT; 0 on a clean stop, 1 when startup failed."""
+    setup_logging(settings.log.level, settings.log.format)
+    try:
+        return asyncio.run(_main(settings))
+    except StartupError as exc:
+        log.error("startup failed: %s", exc)
+        return 1
+    except KeyboardInterrupt:  # a signal before the handlers were installed
+        return 0

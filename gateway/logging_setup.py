@@ -1,0 +1,53 @@
+"""Logging: human text for terminals, one JSON object per line for log pipelines.
+
+``log.format = "json"`` emits ``{"time", "level", "logger", "message", ...extra}``; an exception
+adds ``"exc"``.  httpx/httpcore log every request at INFO, which would drown the agent's own
+lines, so they are held at WARNING unless the level is debug.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import sys
+from typing import Any, TextIO
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": _dt.datetime.fromtimestamp(record.created, _dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = (
+                    value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+                )
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def setup_logging(level: str = "info", fmt: str = "text", *, stream: TextIO | None = None) -> None:
+    """Configure the root logger (idempotent: replaces handlers set by an earlier call)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    quiet = logging.DEBUG if level.lower() == "debug" else logging.WARNING
+    for name in ("httpx", "httpcore", "asyncio"):
+        logging.getLogger(name).setLevel(quiet)

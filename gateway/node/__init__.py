@@ -1,0 +1,1 @@
+"""The virtual Node: registration, status and conditions, Lease heartbeats, backend health."""
