@@ -130,8 +130,12 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self._signal_group(signal.SIGKILL)
                 self.popen.wait(10)
-        # Stragglers of the group (a task the child forked) go too.
+        # Stragglers go too: the group, and anything still in the child's session (Nomad puts
+        # raw_exec tasks in their own process groups, but they stay in its session).
         self._signal_group(signal.SIGKILL)
+        for pid in session_members(self.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self._log.close()
         with _live_lock:
             _live.discard(self)
@@ -152,6 +156,27 @@ class Proc:
         except (OSError, ValueError, IndexError):
             return None
         return None
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of live processes in session ``sid`` (Linux /proc; empty elsewhere)."""
+    members: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Fields after the ")" of the command name: state ppid pgrp session ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 3 and fields[3] == str(sid) and fields[0] != "Z":
+            members.append(int(entry))
+    return members
 
 
 def wait_for(

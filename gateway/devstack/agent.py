@@ -1,0 +1,196 @@
+"""Run ``vkgate run`` as a child process against a devstack control plane.
+
+Why a subprocess and not ``App`` in-process: the e2e tier must see what an operator sees — the
+real CLI, the real config file, real signals (SIGTERM for a clean stop, SIGKILL for a crash),
+a restart that re-reads state.  It also keeps the test process free of the agent's event loop.
+
+``GatewayProcess.start()`` writes ``vkgate.toml`` (defaults below, merged with the caller's
+settings), starts ``python -m gateway.cli run -c <toml>``, and returns once the agent has
+touched its Node: the Node exists and either it or the node's Lease changed since before the
+start (so a restart waits for the *new* process, not the old Node).
+
+Defaults: simulated backend with a state file (restarts adopt their workloads), admin
+credentials, kubelet on 127.0.0.1 with a free port and a serving cert the API server trusts,
+the API server's kubelet-client CA as the kubelet's client CA, metrics on a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gateway.config import to_toml
+from gateway.devstack.controlplane import ControlPlane
+from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def default_settings(cp: ControlPlane, workdir: Path, node_name: str) -> dict[str, Any]:
+    serving = cp.kubelet_serving_cert(node_name)
+    return {
+        "node": {"name": node_name},
+        "kube": {"kubeconfig": str(cp.kubeconfig)},
+        "kubelet": {
+            "address": "127.0.0.1",
+            "port": free_port(),
+            "cert_file": str(serving.cert),
+            "key_file": str(serving.key),
+            "client_ca_file": str(cp.kubelet_client_ca_file),
+            "metrics_address": f"127.0.0.1:{free_port()}",
+        },
+        "log": {"level": "debug"},
+        "backend": {
+            "kind": "simulated",
+            "simulated": {"state_file": str(workdir / "simulated-state.json"), "start_delay": 0.2},
+        },
+    }
+
+
+class GatewayProcess:
+    """One ``vkgate run`` child process with its config file and log."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        workdir: Path,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        node_name: str | None = None,
+        ready_timeout: float = 60.0,
+    ) -> None:
+        self.cp = cp
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        name = node_name or (settings or {}).get("node", {}).get("name") or _unique_name()
+        self.settings = _merge(default_settings(cp, workdir, name), settings or {})
+        self.settings["node"]["name"] = name
+        self.node_name: str = name
+        self.config_path = workdir / "vkgate.toml"
+        self.config_path.write_text(to_toml(self.settings))
+        self.log_path = workdir / "gateway.log"
+        self.ready_timeout = ready_timeout
+        self.proc: Proc | None = None
+        self.starts = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, *, wait: bool = True) -> GatewayProcess:
+        if self.proc is not None and self.proc.alive():
+            raise DevstackError(
+                f"gateway {self.node_name} is already running (pid {self.proc.pid})"
+            )
+        before = self._fingerprint()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.starts += 1
+        with self.log_path.open("a") as fh:
+            fh.write(f"----- start #{self.starts} at {time.strftime('%H:%M:%S')} -----\n")
+        self.proc = Proc(
+            f"vkgate[{self.node_name}]",
+            [sys.executable, "-m", "gateway.cli", "run", "-c", str(self.config_path)],
+            log_file=self.log_path,
+            env=env,
+            cwd=self.workdir,
+        )
+        if wait:
+            self.wait_ready(before)
+        return self
+
+    def wait_ready(self, before: tuple[str, str] | None = None) -> None:
+        """Block until the Node exists and the agent has written it or its Lease."""
+
+        def touched() -> bool:
+            now = self._fingerprint()
+            return now[0] != "" and (before is None or now != before)
+
+        wait_for(
+            f"gateway {self.node_name} to register its Node",
+            touched,
+            timeout=self.ready_timeout,
+            interval=0.2,
+            proc=self.proc,
+        )
+
+    def _fingerprint(self) -> tuple[str, str]:
+        """(Node resourceVersion, Lease resourceVersion), "" where missing."""
+        node = self.cp.get(f"/api/v1/nodes/{self.node_name}")
+        lease = self.cp.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.node_name}"
+        )
+        return (
+            (node or {}).get("metadata", {}).get("resourceVersion", ""),
+            (lease or {}).get("metadata", {}).get("resourceVersion", ""),
+        )
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM (clean shutdown), SIGKILL after ``timeout``; returns the exit code."""
+        if self.proc is None:
+            return None
+        return self.proc.stop(timeout=timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL: a crash, no shutdown code runs."""
+        if self.proc is None:
+            return None
+        self.proc.kill()
+        return self.proc.stop(timeout=1)
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.alive():
+            os.kill(self.proc.pid, sig)
+
+    def restart(self, *, wait: bool = True) -> GatewayProcess:
+        self.stop()
+        return self.start(wait=wait)
+
+    # -- inspection --------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode if self.proc is not None else None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def __repr__(self) -> str:
+        return f"GatewayProcess(node={self.node_name!r}, pid={self.pid}, config={self.config_path})"
+
+
+def _unique_name() -> str:
+    return f"vk-e2e-{uuid.uuid4().hex[:6]}"
+
+
+def run_cli(args: list[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """``vkgate <args>`` in a child interpreter (for CLI-level tests)."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -1,0 +1,366 @@
+"""``vkgate dev``: the whole system on one laptop in one command.
+
+Builds (once, cached) etcd, kube-apiserver and Nomad, starts them on loopback, starts the
+gateway against them, runs a sample pod, shows its logs through real kubectl, prints how to
+poke at it, and waits for Ctrl-C.  Everything it started stops on the way out, whatever
+happened in between.
+
+The gateway runs as a child process (``vkgate run -c <toml>``) rather than in-process: it is
+exactly what an operator runs, its log goes to one file, and a crash of the agent cannot take
+the harness (and the cleanup) down with it.
+
+Parts of the demo depend on components that arrive in later issues (the pod controller, the
+kubelet server for ``kubectl logs``, the Nomad translator).  Each step says clearly what did
+not work and where to look instead of failing with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from gateway.config import ConfigError, set_dotted
+from gateway.devstack import build
+from gateway.devstack.agent import GatewayProcess, _merge
+from gateway.devstack.controlplane import ControlPlane, launch_control_plane
+from gateway.devstack.nomad import NomadAgent, launch_nomad
+from gateway.devstack.process import DevstackError
+from gateway.devstack.tools import find_kubectl
+
+SAMPLE_POD = "hello-vkgate"
+SAMPLE_NAMESPACE = "default"
+BUILD_ESTIMATE = {"etcd": "1-2 min", "kube-apiserver": "6-15 min", "nomad": "3-6 min"}
+
+
+def say(msg: str) -> None:
+    print(f"[vkgate dev] {msg}", flush=True)
+
+
+def sample_pod(node_name: str) -> dict[str, Any]:
+    """A pod any backend can run: a shell that prints lines, then stays up."""
+    script = (
+        "echo hello from vkgate; "
+        "for i in 1 2 3 4 5; do echo line $i; sleep 1; done; "
+        "echo sleeping; sleep 3600"
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": SAMPLE_POD, "namespace": SAMPLE_NAMESPACE},
+        "spec": {
+            "nodeName": node_name,
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "hello",
+                    "image": "busybox:1.36",
+                    "command": ["/bin/sh", "-c", script],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+class _Stop(Exception):
+    """Raised by the SIGINT/SIGTERM handler to unwind into the cleanup."""
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Stop(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _timed(label: str, fn: Callable[[], Any]) -> Any:
+    started = time.monotonic()
+    result = fn()
+    say(f"{label} ({time.monotonic() - started:.1f} s)")
+    return result
+
+
+def ensure_binaries(names: list[str]) -> bool:
+    """Build what is missing, with progress on stderr; False (after a message) on failure."""
+    missing = [n for n in names if not build.binary_path(n).exists()]
+    if not missing:
+        return True
+    if not build.go_available():
+        say(f"cannot build {', '.join(missing)}: the `go` command (Go 1.26) is not on PATH")
+        return False
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("    %(asctime)s %(message)s", "%H:%M:%S"))
+    build.log.addHandler(handler)
+    build.log.setLevel(logging.INFO)
+    try:
+        for name in missing:
+            say(f"building {name} (first run only, about {BUILD_ESTIMATE.get(name, 'minutes')})")
+            started = time.monotonic()
+            try:
+                path = build.ensure(name)
+            except build.BuildError as exc:
+                say(f"building {name} failed:\n{exc}")
+                return False
+            say(f"built {path} ({time.monotonic() - started:.0f} s)")
+    finally:
+        build.log.removeHandler(handler)
+    return True
+
+
+def raw_exec_template() -> str:
+    """The shipped raw_exec Nomad job template ("nomad/<file>"), "" until one exists.
+
+    The dev agent has no Docker, so the demo needs the raw_exec variant (issue 4 ships it).
+    """
+    try:
+        import templates
+
+        folder = Path(templates.__file__).parent / "nomad"
+    except (ImportError, TypeError):
+        return ""
+    found = sorted(folder.glob("*raw_exec*.j2")) + sorted(folder.glob("*raw-exec*.j2"))
+    return f"nomad/{found[0].name}" if found else ""
+
+
+def _user_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The user's --config file, --set pairs and flags, as a dict merged over dev defaults."""
+    data: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        try:
+            data = tomllib.loads(Path(args.config).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(str(args.config), str(exc)) from None
+    for pair in getattr(args, "set", None) or []:
+        if "=" not in pair:
+            raise ConfigError(pair, "--set expects key=value")
+        key, value = pair.split("=", 1)
+        set_dotted(data, key.strip(), value)
+    for flag, key in (
+        ("kubelet_port", "kubelet.port"),
+        ("log_level", "log.level"),
+        ("log_format", "log.format"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            set_dotted(data, key, value)
+    # The dev cluster's credentials win: the point is to talk to the cluster we started.
+    data.pop("kube", None)
+    return data
+
+
+def _kubectl_runner(
+    kubectl: Path | None, cp: ControlPlane
+) -> Callable[..., subprocess.CompletedProcess[str]] | None:
+    if kubectl is None:
+        return None
+
+    def run(
+        *args: str, input: str | None = None, timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(kubectl), f"--kubeconfig={cp.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    return run
+
+
+def _pod_phase(cp: ControlPlane) -> tuple[str, str]:
+    pod = cp.get(f"/api/v1/namespaces/{SAMPLE_NAMESPACE}/pods/{SAMPLE_POD}") or {}
+    status = pod.get("status", {})
+    why = status.get("reason") or status.get("message") or ""
+    for cs in status.get("containerStatuses") or []:
+        waiting = cs.get("state", {}).get("waiting")
+        if waiting:
+            why = f"{waiting.get('reason', '')} {waiting.get('message', '')}".strip()
+    return str(status.get("phase", "")), why
+
+
+def wait_running(cp: ControlPlane, gw: GatewayProcess, timeout: float) -> tuple[bool, str]:
+    deadline = time.monotonic() + timeout
+    phase, why = "", ""
+    while time.monotonic() < deadline:
+        phase, why = _pod_phase(cp)
+        if phase in {"Running", "Succeeded"}:
+            return True, phase
+        if phase == "Failed" or not gw.alive():
+            break
+        time.sleep(0.5)
+    return False, f"phase={phase or 'unset'}" + (f" ({why})" if why else "")
+
+
+def run_demo(args: argparse.Namespace, workdir: Path) -> int:
+    backend = getattr(args, "backend", None) or getattr(args, "dev_backend", "nomad")
+    needed = ["etcd", "kube-apiserver"] + (["nomad"] if backend == "nomad" else [])
+    if not ensure_binaries(needed):
+        return 1
+    try:
+        kubectl: Path | None = find_kubectl()
+    except DevstackError as exc:
+        say(f"kubectl unavailable, skipping the kubectl steps: {exc}")
+        kubectl = None
+
+    cp: ControlPlane | None = None
+    agent: NomadAgent | None = None
+    gw: GatewayProcess | None = None
+    try:
+        cp = _timed("kube-apiserver + etcd ready", launch_control_plane)
+        assert cp is not None
+        say(f"API server {cp.url}")
+        settings = _user_settings(args)
+        if backend == "nomad":
+            agent = _timed("nomad dev agent ready", launch_nomad)
+            assert agent is not None
+            say(f"Nomad {agent.address} (datacenter {agent.datacenter})")
+            nomad_table: dict[str, Any] = {"address": agent.address}
+            raw_exec = raw_exec_template()
+            if raw_exec:
+                nomad_table["template"] = raw_exec
+            nomad_defaults = {"backend": {"kind": "nomad", "nomad": nomad_table}}
+            settings = _merge(nomad_defaults, settings)
+        else:
+            settings = _merge({"backend": {"kind": backend}}, settings)
+        node_name = getattr(args, "node_name", None) or "vkgate-dev"
+        gw = GatewayProcess(cp, workdir / "gateway", settings, node_name=node_name)
+        try:
+            _timed(f"gateway registered Node {node_name} ({backend} backend)", gw.start)
+        except DevstackError as exc:
+            say(f"the gateway did not come up: {exc}")
+            return 1
+        k = _kubectl_runner(kubectl, cp)
+        pod_ok = _sample_pod_steps(cp, gw, k)
+        _summary(cp, gw, kubectl, agent)
+        if getattr(args, "no_wait", False):
+            return 0 if pod_ok else 3
+        say("running; press Ctrl-C to stop everything")
+        while gw.alive():
+            time.sleep(0.5)
+        say(
+            f"the gateway exited with code {gw.returncode}; last log lines:\n{gw.log_text()[-3000:]}"
+        )
+        return 1
+    except _Stop as stop:
+        say(f"{stop}: stopping")
+        return 0
+    except DevstackError as exc:
+        say(f"error: {exc}")
+        return 1
+    finally:
+        # A second Ctrl-C must not cut the cleanup short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for label, closer in (
+            ("gateway", gw.stop if gw else None),
+            ("nomad", agent.stop if agent else None),
+            ("control plane", cp.stop if cp else None),
+        ):
+            if closer is not None:
+                try:
+                    closer()
+                except Exception as exc:
+                    say(f"stopping {label} failed: {exc}")
+        say("stopped everything")
+
+
+def _sample_pod_steps(
+    cp: ControlPlane,
+    gw: GatewayProcess,
+    k: Callable[..., subprocess.CompletedProcess[str]] | None,
+) -> bool:
+    import json
+
+    pod = json.dumps(sample_pod(gw.node_name))
+    if k is not None:
+        res = k("apply", "-f", "-", input=pod)
+        say(f"kubectl apply: {(res.stdout or res.stderr).strip()}")
+        if res.returncode != 0:
+            return False
+    else:
+        say("kubectl unavailable: not creating the sample pod")
+        return False
+    ok, detail = wait_running(cp, gw, timeout=120)
+    if not ok:
+        say(
+            f"the sample pod did not reach Running: {detail}. The pod controller or the backend "
+            f"may not be available yet; the gateway log is {gw.log_path}"
+        )
+        return False
+    say(f"pod {SAMPLE_NAMESPACE}/{SAMPLE_POD} is {detail}")
+    time.sleep(2)  # let it print a few lines
+    res = k("logs", SAMPLE_POD, "-n", SAMPLE_NAMESPACE)
+    if res.returncode == 0:
+        say(
+            "kubectl logs "
+            + SAMPLE_POD
+            + ":\n"
+            + "".join(f"    {ln}\n" for ln in res.stdout.splitlines())
+        )
+    else:
+        first = (res.stderr.strip().splitlines() or ["(no output)"])[0]
+        say(
+            f"kubectl logs is not available yet ({first}); it needs the kubelet server and a backend with logs"
+        )
+    return True
+
+
+def _summary(
+    cp: ControlPlane, gw: GatewayProcess, kubectl: Path | None, agent: NomadAgent | None
+) -> None:
+    kubectl_cmd = str(kubectl) if kubectl else "kubectl"
+    lines = [
+        f"kubeconfig:   {cp.kubeconfig}",
+        f"gateway log:  {gw.log_path}",
+        f"gateway conf: {gw.config_path}",
+    ]
+    if agent is not None:
+        lines.append(
+            f"nomad:        {agent.address}  (NOMAD_ADDR={agent.address} nomad job status)"
+        )
+    lines += [
+        "try:",
+        f"    export KUBECONFIG={cp.kubeconfig}",
+        f"    {kubectl_cmd} get nodes -o wide",
+        f"    {kubectl_cmd} get pods -A -o wide",
+        f"    {kubectl_cmd} logs {SAMPLE_POD}",
+    ]
+    say("\n" + "\n".join("  " + ln for ln in lines))
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``vkgate dev`` (dispatched by gateway.cli)."""
+    workdir = Path(tempfile.mkdtemp(prefix="vkgate-dev-"))
+    try:
+        with _signals_raise():
+            try:
+                return run_demo(args, workdir)
+            except ConfigError as exc:
+                say(f"config error: {exc}")
+                return 1
+            except _Stop:
+                return 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

