@@ -438,6 +438,17 @@ class MetricsSource(Protocol):
         ...
 
 
+@runtime_checkable
+class Renderable(Protocol):
+    """A backend that can show the spec it would send, offline (``vkgate render``,
+    ``vkgate templates check``, ConfigMap template validation).  No I/O: settings only."""
+
+    def render_spec(self, pod: ResolvedPod) -> JSON:
+        """The exact request body ``create`` would send for ``pod`` (template ``pod.template``
+        if set, else the backend default); template errors raise ``TranslationError``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class TranslatorContext:
     """What a translator factory receives: its settings table and the node it serves."""

@@ -1,0 +1,298 @@
+"""Output schemas: what a rendered spec must look like before a backend client sends it.
+
+A template can produce any JSON; these schemas catch the mistakes a backend would otherwise
+reject late (or worse, accept): a missing task, a CPU given as ``"500m"``, an env value that
+is a number.  They describe only the fields each client reads or sends, and leave the rest
+open (``additionalProperties`` is allowed unless a schema says otherwise).
+
+The schema language is a small JSON-Schema subset — ``type`` (str or list), ``properties``,
+``required``, ``additionalProperties`` (bool or schema), ``items``, ``minItems``,
+``maxItems``, ``enum``, ``const``, ``pattern``, ``minLength``, ``maxLength``, ``minimum``,
+``maximum``, ``anyOf`` — written as plain dicts so a backend package can adjust its own with
+``register_schema(kind, schema)`` without a dependency.  ``validate`` raises ``SchemaError``
+with the dotted/indexed path of the first bad field (``Job.TaskGroups[0].Tasks[0].Env.A``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+Schema = Mapping[str, Any]
+
+
+class SchemaError(ValueError):
+    """``path`` is the offending field (``""`` for the document itself)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path or '(document)'}: {message}")
+        self.path = path
+        self.detail = message
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def _is(value: Any, type_name: str) -> bool:
+    if type_name in ("integer", "number") and isinstance(value, bool):
+        return False
+    if type_name == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _TYPES[type_name])
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def validate(value: Any, schema: Schema, path: str = "") -> None:
+    """Raise ``SchemaError`` for the first violation of ``schema`` in ``value``."""
+    if "anyOf" in schema:
+        errors: list[SchemaError] = []
+        for option in schema["anyOf"]:
+            try:
+                validate(value, option, path)
+                break
+            except SchemaError as exc:
+                errors.append(exc)
+        else:
+            # The deepest error is the most useful: it is where the closest option failed.
+            best = max(errors, key=lambda e: len(e.path))
+            raise best
+    types = schema.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        if not any(_is(value, t) for t in names):
+            raise SchemaError(path, f"expected {' or '.join(names)}, got {_describe(value)}")
+    if "const" in schema and value != schema["const"]:
+        raise SchemaError(path, f"must be {schema['const']!r}, got {value!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(repr(v) for v in schema["enum"])
+        raise SchemaError(path, f"must be one of {allowed}, got {value!r}")
+    if isinstance(value, str):
+        _check_string(value, schema, path)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise SchemaError(path, f"must be >= {schema['minimum']}, got {value}")
+        if "maximum" in schema and value > schema["maximum"]:
+            raise SchemaError(path, f"must be <= {schema['maximum']}, got {value}")
+    if isinstance(value, dict):
+        _check_object(value, schema, path)
+    if isinstance(value, list):
+        _check_array(value, schema, path)
+
+
+def _check_string(value: str, schema: Schema, path: str) -> None:
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        raise SchemaError(path, f"must have at least {schema['minLength']} characters")
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        raise SchemaError(
+            path, f"must have at most {schema['maxLength']} characters, has {len(value)}"
+        )
+    if "pattern" in schema and not re.search(schema["pattern"], value):
+        raise SchemaError(path, f"{_short(value)!r} does not match {schema['pattern']!r}")
+
+
+def _check_object(value: dict[str, Any], schema: Schema, path: str) -> None:
+    for key in schema.get("required", ()):
+        if key not in value:
+            raise SchemaError(_join(path, key), "required field is missing")
+    props: Mapping[str, Schema] = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    for key, item in value.items():
+        sub = _join(path, str(key))
+        if key in props:
+            validate(item, props[key], sub)
+        elif extra is False:
+            raise SchemaError(sub, f"unknown field (known: {', '.join(sorted(props))})")
+        elif isinstance(extra, Mapping):
+            validate(item, extra, sub)
+
+
+def _check_array(value: list[Any], schema: Schema, path: str) -> None:
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        raise SchemaError(path, f"must have at least {schema['minItems']} item(s)")
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        raise SchemaError(path, f"must have at most {schema['maxItems']} item(s)")
+    items = schema.get("items")
+    if isinstance(items, Mapping):
+        for i, item in enumerate(value):
+            validate(item, items, f"{path}[{i}]")
+
+
+def _describe(value: Any) -> str:
+    kind = {dict: "object", list: "array", str: "string", bool: "boolean"}.get(type(value))
+    if value is None:
+        return "null"
+    if kind is None:
+        kind = "integer" if isinstance(value, int) else type(value).__name__
+        if isinstance(value, float):
+            kind = "number"
+    return f"{kind} {_short(repr(value))}"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- the registry
+
+_STR_MAP: Schema = {"type": "object", "additionalProperties": {"type": "string"}}
+
+_NOMAD_TASK: Schema = {
+    "type": "object",
+    "required": ["Name", "Driver"],
+    "properties": {
+        "Name": {"type": "string", "minLength": 1},
+        "Driver": {"type": "string", "minLength": 1},
+        "Config": {"type": "object"},
+        "Env": _STR_MAP,
+        "Meta": _STR_MAP,
+        "Resources": {
+            "type": "object",
+            "properties": {
+                "CPU": {"type": "integer", "minimum": 1},
+                "Cores": {"type": "integer", "minimum": 0},
+                "MemoryMB": {"type": "integer", "minimum": 10},
+                "MemoryMaxMB": {"type": "integer", "minimum": 0},
+            },
+        },
+        "Lifecycle": {
+            "type": ["object", "null"],
+            "properties": {"Hook": {"enum": ["prestart", "poststart", "poststop"]}},
+        },
+        "KillTimeout": {"type": "integer", "minimum": 0},
+        "Templates": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "required": ["DestPath"],
+                "properties": {
+                    "DestPath": {"type": "string", "minLength": 1},
+                    "EmbeddedTmpl": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+
+_NOMAD_JOB: Schema = {
+    "type": "object",
+    "required": ["ID", "TaskGroups"],
+    "properties": {
+        "ID": {"type": "string", "pattern": r"^[^\s\x00]{1,}$", "maxLength": 128},
+        "Name": {"type": "string"},
+        "Type": {"enum": ["service", "batch", "system", "sysbatch"]},
+        "Priority": {"type": "integer", "minimum": 1, "maximum": 100},
+        "Datacenters": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "Meta": _STR_MAP,
+        "Constraints": {
+            "type": ["array", "null"],
+            "items": {"type": "object", "required": ["Operand"]},
+        },
+        "TaskGroups": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["Name", "Tasks"],
+                "properties": {
+                    "Name": {"type": "string", "minLength": 1},
+                    "Count": {"type": "integer", "minimum": 0},
+                    "Tasks": {"type": "array", "minItems": 1, "items": _NOMAD_TASK},
+                    "Meta": _STR_MAP,
+                },
+            },
+        },
+    },
+}
+
+NOMAD: Schema = {
+    "anyOf": [
+        {"type": "object", "required": ["Job"], "properties": {"Job": _NOMAD_JOB}},
+        _NOMAD_JOB,
+    ]
+}
+
+_ZUN_CONTAINER: Schema = {
+    "type": "object",
+    "required": ["image"],
+    "properties": {
+        "name": {"type": "string"},
+        "image": {"type": "string", "minLength": 1},
+        "command": {"type": ["array", "string", "null"]},
+        "entrypoint": {"type": ["array", "string", "null"]},
+        "cpu": {"type": ["number", "null"], "minimum": 0},
+        "memory": {"type": ["integer", "string", "null"]},
+        "workdir": {"type": ["string", "null"]},
+        "environment": _STR_MAP,
+        "labels": _STR_MAP,
+        "restart_policy": {"type": ["object", "null"]},
+        "exposed_ports": {"type": ["object", "null"]},
+    },
+}
+
+ZUN: Schema = {
+    "anyOf": [
+        {
+            "type": "object",
+            "required": ["template"],
+            "properties": {"template": {"type": ["object", "string"]}},
+        },
+        _ZUN_CONTAINER,
+    ]
+}
+
+BATCH: Schema = {
+    "type": "object",
+    "required": ["id", "commandLine"],
+    "properties": {
+        "id": {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}$"},
+        "displayName": {"type": "string", "maxLength": 1024},
+        "commandLine": {"type": "string", "maxLength": 32768},
+        "containerSettings": {
+            "type": ["object", "null"],
+            "properties": {"imageName": {"type": "string", "minLength": 1}},
+        },
+        "environmentSettings": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+            },
+        },
+        "constraints": {"type": ["object", "null"]},
+        "requiredSlots": {"type": "integer", "minimum": 1},
+    },
+}
+
+_REGISTRY: dict[str, Schema] = {"nomad": NOMAD, "zun": ZUN, "batch": BATCH}
+
+
+def register_schema(kind: str, schema: Schema | None) -> None:
+    """Set (or with ``None`` remove) the output schema of a backend kind."""
+    if schema is None:
+        _REGISTRY.pop(kind, None)
+    else:
+        _REGISTRY[kind] = schema
+
+
+def schema_for(kind: str) -> Schema | None:
+    return _REGISTRY.get(kind)
+
+
+def validate_spec(kind: str, spec: Any) -> None:
+    """Validate ``spec`` against the schema of ``kind``; no schema registered → accepted."""
+    schema = _REGISTRY.get(kind)
+    if schema is not None:
+        validate(spec, schema)
