@@ -182,6 +182,8 @@ class LimitedSandbox(SandboxedEnvironment):
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if isinstance(owner, str) and name in _STR_AMPLIFIERS:
+            if name == "join" and args:
+                args = (_materialize(args[0]), *args[1:])
             __self.check_size(_STR_AMPLIFIERS[name](owner, args, kwargs), f"str.{name}()")
         return __self.charge(super().call(__context, __obj, *args, **kwargs))
 
@@ -229,6 +231,8 @@ class LimitedSandbox(SandboxedEnvironment):
 
         @functools.wraps(func)
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            if name in _MATERIALIZE and len(args) > skip:
+                args = (*args[:skip], _materialize(args[skip]), *args[skip + 1 :])
             if estimate is not None:
                 self.check_size(estimate(args[skip:], kwargs), f"filter {name}")
             return self.charge(func(*args, **kwargs))
@@ -298,8 +302,20 @@ def _replace_estimate(s: str, old: Any, new: Any, count: Any) -> int:
     return len(s) + n * len(new_s)
 
 
+_MATERIALIZE = frozenset({"join", "sum", "batch", "slice"})
+
+
+def _materialize(value: Any) -> Any:
+    """A generator/iterator argument as a list, so its size can be estimated before use."""
+    if isinstance(value, (str, bytes, Mapping)) or hasattr(value, "__len__"):
+        return value
+    if hasattr(value, "__iter__"):
+        return list(value)
+    return value
+
+
 def _join_estimate(sep: Any, items: Any) -> int:
-    if not isinstance(items, (list, tuple, set, frozenset, dict, str)):
+    if not hasattr(items, "__len__") or not hasattr(items, "__iter__"):
         return 0
     parts = list(items)
     return len(str(sep)) * max(len(parts) - 1, 0) + sum(len(str(p)) for p in parts)
@@ -328,7 +344,7 @@ def _seq_len(value: Any) -> int:
 
 def _sum_estimate(a: Any, k: Mapping[str, Any]) -> int:
     start = _arg(a, k, 2, "start", 0)
-    if not _size(start) or not isinstance(a[0], (list, tuple)):
+    if not _size(start) or not hasattr(a[0], "__iter__"):
         return 0
     return _size(start) + sum(_size(x) for x in a[0])
 

@@ -50,6 +50,15 @@ def _is(value: Any, type_name: str) -> bool:
     return isinstance(value, _TYPES[type_name])
 
 
+def _depth(path: str) -> int:
+    return path.count(".") + path.count("[") + (1 if path else 0)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -65,17 +74,18 @@ def validate(value: Any, schema: Schema, path: str = "") -> None:
             except SchemaError as exc:
                 errors.append(exc)
         else:
-            # The deepest error is the most useful: it is where the closest option failed.
-            best = max(errors, key=lambda e: len(e.path))
+            # The most useful error is where the closest option failed: the deepest one, and
+            # a wrong value rather than a missing field of an option that does not apply.
+            best = max(errors, key=lambda e: (_depth(e.path), "missing" not in e.detail))
             raise best
     types = schema.get("type")
     if types is not None:
         names = [types] if isinstance(types, str) else list(types)
         if not any(_is(value, t) for t in names):
             raise SchemaError(path, f"expected {' or '.join(names)}, got {_describe(value)}")
-    if "const" in schema and value != schema["const"]:
+    if "const" in schema and not _same(value, schema["const"]):
         raise SchemaError(path, f"must be {schema['const']!r}, got {value!r}")
-    if "enum" in schema and value not in schema["enum"]:
+    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
         allowed = ", ".join(repr(v) for v in schema["enum"])
         raise SchemaError(path, f"must be one of {allowed}, got {value!r}")
     if isinstance(value, str):
