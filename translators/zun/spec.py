@@ -1,0 +1,417 @@
+"""Pod → Zun request body: decide container vs capsule, compute the values, render the template.
+
+The rules that need code (which Zun object, quantities, restart policy, what the negotiated
+microversion allows, name validity) live here and are handed to the template as
+``backend_info``; the templates (``templates/zun/container.j2``, ``capsule.j2``) only arrange
+them into JSON, so teams can override a block without re-implementing the rules.
+
+Mapping (zun.md §4): one main container and no init containers → a standalone container (logs
+and exec work); anything else → a capsule (needs capsule support, ≥1.34 for init containers),
+otherwise ``UnsupportedError(reason="UnsupportedByBackend")``.  Kubernetes ``command`` becomes
+Zun ``entrypoint`` (≥1.40) and ``args`` becomes ``command``.  emptyDir volumes become
+auto-removed Cinder volumes; ConfigMap/Secret/projected/downwardAPI volumes have no Zun
+equivalent (``mounts`` carries Cinder volumes only) → ``UnsupportedError(reason=
+"UnsupportedVolume")``.  The ServiceAccount token volume (``kube-api-access-*``) that admission
+adds to every pod is skipped: a Zun workload cannot reach the API server through it anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from translators.base import (
+    JSON,
+    OWNER_KEY,
+    OWNER_VALUE,
+    ResolvedContainer,
+    ResolvedPod,
+    ResolvedVolume,
+    TranslationError,
+    UnsupportedError,
+)
+from translators.quantity import cpu_millis, parse_quantity
+from translators.rendering import pod_context
+from translators.zun.config import AUTH_KEYS
+
+log = logging.getLogger(__name__)
+
+ANN = "vkgate.io/"
+ANN_NETS = ANN + "zun-nets"
+ANN_SECURITY_GROUPS = ANN + "zun-security-groups"
+ANN_AZ = ANN + "zun-availability-zone"
+
+#: Labels every vkgate workload carries in Zun (zun.md §4 "ownership").
+LABEL_NODE = "vkgate.node"
+LABEL_NAMESPACE = "k8s.namespace"
+LABEL_NAME = "k8s.name"
+LABEL_UID = "k8s.uid"
+#: Container names of a capsule, in Zun's order (Zun renames capsule containers).
+LABEL_CONTAINERS = "vkgate.containers"
+LABEL_SIDECARS = "vkgate.sidecars"
+LABEL_INIT = "vkgate.init-containers"
+
+NAME_MAX = 255
+_INVALID = re.compile(r"[^a-zA-Z0-9_.-]")
+_PULL = {"always": "always", "ifnotpresent": "ifnotpresent", "never": "never"}
+_RESTART = {"Always": "always", "OnFailure": "on-failure", "Never": "no"}
+
+
+@dataclass(frozen=True)
+class ZunSpec:
+    """What to submit: ``kind`` is ``container`` or ``capsule``; ``body`` the rendered JSON
+    (for a capsule, the value of ``template``)."""
+
+    kind: str
+    name: str
+    body: JSON
+    template: str
+
+
+def zun_name(prefix: str, namespace: str, name: str) -> str:
+    """``<prefix>-<namespace>-<pod>`` made valid for Zun (``^[a-zA-Z0-9][a-zA-Z0-9_.-]+$``,
+    ≤255 characters; too long → truncated + 8 hex of a hash, so it stays unique)."""
+    base = "-".join(p for p in (prefix, namespace, name) if p)
+    base = _INVALID.sub("-", base)
+    if not base[:1].isalnum():
+        base = "x" + base
+    if len(base) > NAME_MAX:
+        digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+        base = base[: NAME_MAX - 9] + "-" + digest
+    return base
+
+
+def ownership_labels(pod: ResolvedPod) -> dict[str, str]:
+    return {
+        OWNER_KEY: OWNER_VALUE,
+        LABEL_NODE: pod.node_name,
+        LABEL_NAMESPACE: pod.namespace,
+        LABEL_NAME: pod.name,
+        LABEL_UID: pod.uid,
+    }
+
+
+def cores(resources: Mapping[str, Any]) -> float | None:
+    """vCPU as a float: request, else limit (Zun enforces it as a cap)."""
+    for kind in ("requests", "limits"):
+        value = (resources.get(kind) or {}).get("cpu")
+        if value not in (None, ""):
+            return cpu_millis(value) / 1000
+    return None
+
+
+def mebibytes(resources: Mapping[str, Any]) -> int | None:
+    """Memory in MiB, rounded up: request, else limit."""
+    for kind in ("requests", "limits"):
+        value = (resources.get(kind) or {}).get("memory")
+        if value not in (None, ""):
+            return max(1, math.ceil(parse_quantity(value) / 2**20))
+    return None
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _skip_volume(v: ResolvedVolume) -> bool:
+    return v.kind == "projected" and v.name.startswith("kube-api-access-")
+
+
+def _gib(size_limit: str, default: int) -> int:
+    if not size_limit:
+        return default
+    return max(1, math.ceil(parse_quantity(size_limit) / 2**30))
+
+
+class SpecBuilder:
+    """Computes ``backend_info`` and renders the Zun templates for one translator."""
+
+    def __init__(
+        self,
+        *,
+        renderer: Any,
+        settings: Mapping[str, Any],
+        name_prefix: str = "vkgate",
+        security_groups: Sequence[str] = (),
+        nets: Sequence[str] = (),
+        availability_zone: str = "",
+        on_failure_max_retries: int = 3,
+        capsules: bool = True,
+        cinder_volumes: bool = True,
+        emptydir_size_gb: int = 1,
+    ) -> None:
+        self.renderer = renderer
+        self.settings = {k: v for k, v in settings.items() if k not in AUTH_KEYS and k != "auth"}
+        self.name_prefix = name_prefix
+        self.security_groups = list(security_groups)
+        self.nets = list(nets)
+        self.availability_zone = availability_zone
+        self.on_failure_max_retries = on_failure_max_retries
+        self.capsules = capsules
+        self.cinder_volumes = cinder_volumes
+        self.emptydir_size_gb = emptydir_size_gb
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def kind_for(self, pod: ResolvedPod, features: Mapping[str, bool]) -> str:
+        inits = [c for c in pod.init_containers if c.role != "sidecar"]
+        sidecars = [c for c in pod.init_containers if c.role == "sidecar"]
+        if len(pod.containers) == 1 and not pod.init_containers:
+            return "container"
+        if not pod.containers:
+            raise TranslationError("pod has no containers", field="spec.containers")
+        what = "init containers" if inits else "several containers"
+        if sidecars and not inits and len(pod.containers) == 1:
+            what = "sidecar containers"
+        if not self.capsules:
+            raise UnsupportedError(
+                f"pod has {what}; Zun runs those only as capsules, which are disabled "
+                "([backend.zun] capsules = false)",
+                reason="UnsupportedByBackend",
+                field="spec.initContainers" if inits else "spec.containers",
+            )
+        if not features.get("capsules"):
+            raise UnsupportedError(
+                f"pod has {what}; capsules need Zun microversion 1.32, the server gives "
+                f"{features.get('_version', '?')}",
+                reason="UnsupportedByBackend",
+                field="spec.containers",
+            )
+        if inits and not features.get("capsule_init_containers"):
+            raise UnsupportedError(
+                "init containers need Zun microversion 1.34 (capsule initContainers), the "
+                f"server gives {features.get('_version', '?')}",
+                reason="UnsupportedByBackend",
+                field="spec.initContainers",
+            )
+        return "capsule"
+
+    def _volumes(self, pod: ResolvedPod, kind: str, features: Mapping[str, bool]) -> dict[str, int]:
+        """Mounted volumes → Cinder size (GB); raises for kinds Zun cannot provide."""
+        by_name = {v.name: v for v in pod.volumes}
+        mounted = {m.volume for c in (*pod.init_containers, *pod.containers) for m in c.mounts}
+        sizes: dict[str, int] = {}
+        for name in sorted(mounted):
+            v = by_name.get(name)
+            if v is None:
+                raise TranslationError(
+                    f"volumeMount refers to undefined volume {name!r}", field="spec.volumes"
+                )
+            if _skip_volume(v):
+                continue
+            if v.kind != "emptyDir":
+                raise UnsupportedError(
+                    f"volume {name!r} ({v.kind}): Zun cannot place {v.kind} files into a "
+                    "container (its mounts carry Cinder volumes only)",
+                    reason="UnsupportedVolume",
+                    field=f"spec.volumes[{name}]",
+                )
+            if not self.cinder_volumes:
+                raise UnsupportedError(
+                    f"volume {name!r} (emptyDir) needs Cinder volumes, disabled by "
+                    "[backend.zun] cinder_volumes = false",
+                    reason="UnsupportedVolume",
+                    field=f"spec.volumes[{name}]",
+                )
+            if kind == "container" and not features.get("mounts"):
+                raise UnsupportedError(
+                    f"volume {name!r} (emptyDir) needs Zun microversion 1.11 (mounts)",
+                    reason="UnsupportedVolume",
+                    field=f"spec.volumes[{name}]",
+                )
+            sizes[name] = _gib(v.size_limit, self.emptydir_size_gb)
+        return sizes
+
+    def _placement(self, pod: ResolvedPod) -> dict[str, Any]:
+        ann: Mapping[str, str] = (pod.pod.get("metadata") or {}).get("annotations") or {}
+        nets = _csv(ann[ANN_NETS]) if ann.get(ANN_NETS) else self.nets
+        groups = (
+            _csv(ann[ANN_SECURITY_GROUPS]) if ann.get(ANN_SECURITY_GROUPS) else self.security_groups
+        )
+        return {
+            "nets": [{"network": n} for n in nets],
+            "security_groups": list(groups),
+            "availability_zone": ann.get(ANN_AZ) or self.availability_zone,
+        }
+
+    def _container_info(
+        self,
+        c: ResolvedContainer,
+        *,
+        kind: str,
+        sizes: Mapping[str, int],
+        features: Mapping[str, bool],
+    ) -> dict[str, Any]:
+        spec = c.spec
+        resources = spec.get("resources") or {}
+        pull = _PULL.get(str(spec.get("imagePullPolicy") or "").lower(), "")
+        info: dict[str, Any] = {
+            "name": c.name,
+            "cpu": cores(resources),
+            "memory": mebibytes(resources),
+            "image_pull_policy": pull,
+            "tty": bool(spec.get("tty")),
+            "stdin": bool(spec.get("stdin")),
+            "workdir": c.working_dir,
+        }
+        ports = [p for p in spec.get("ports") or [] if p.get("containerPort")]
+        if kind == "container":
+            command, args = list(c.command), list(c.args)
+            entrypoint: list[str] | None = None
+            if command and features.get("entrypoint"):
+                entrypoint, cmd = command, args
+            else:
+                if command:
+                    log.info(
+                        "zun: %s: entrypoint needs microversion 1.40; sending command+args as "
+                        "the command (the image ENTRYPOINT still applies)",
+                        c.name,
+                    )
+                cmd = command + args
+            info["entrypoint"] = entrypoint
+            info["command"] = (
+                (cmd if features.get("command_list") else shlex.join(cmd)) if cmd else None
+            )
+            info["exposed_ports"] = (
+                {
+                    f"{p['containerPort']}/{str(p.get('protocol') or 'TCP').lower()}": {}
+                    for p in ports
+                }
+                if features.get("exposed_ports")
+                else {}
+            )
+            info["mounts"] = [
+                {"destination": m.mount_path, "size": sizes[m.volume]}
+                for m in c.mounts
+                if m.volume in sizes
+            ]
+            info["tty"] = info["tty"] and bool(features.get("tty"))
+        else:
+            info["command"] = list(c.command)
+            info["args"] = list(c.args)
+            info["ports"] = (
+                [
+                    {
+                        "containerPort": int(p["containerPort"]),
+                        "protocol": str(p.get("protocol") or "TCP").upper(),
+                    }
+                    for p in ports
+                ]
+                if features.get("capsule_ports")
+                else []
+            )
+            info["volume_mounts"] = [
+                {"name": m.volume, "mountPath": m.mount_path, "readOnly": m.read_only}
+                for m in c.mounts
+                if m.volume in sizes
+            ]
+            info["resources"] = {
+                k: v for k, v in (("cpu", info["cpu"]), ("memory", info["memory"])) if v is not None
+            }
+            if not features.get("capsule_tty"):
+                info["tty"] = info["stdin"] = False
+        return info
+
+    def backend_info(self, pod: ResolvedPod, features: Mapping[str, bool]) -> dict[str, Any]:
+        kind = self.kind_for(pod, features)
+        sizes = self._volumes(pod, kind, features)
+        restart = str((pod.pod.get("spec") or {}).get("restartPolicy") or "Always")
+        name = zun_name(self.name_prefix, pod.namespace, pod.name)
+        labels = ownership_labels(pod)
+        inits = [c for c in pod.init_containers if c.role != "sidecar"]
+        sidecars = [c for c in pod.init_containers if c.role == "sidecar"]
+        mains = list(pod.containers) + sidecars
+        labels[LABEL_CONTAINERS] = ",".join(c.name for c in pod.containers)
+        if kind == "capsule":
+            if sidecars:
+                labels[LABEL_SIDECARS] = ",".join(c.name for c in sidecars)
+            if inits:
+                labels[LABEL_INIT] = ",".join(c.name for c in inits)
+        policy: dict[str, str] = {"Name": _RESTART.get(restart, "always")}
+        if policy["Name"] == "on-failure":
+            policy["MaximumRetryCount"] = str(self.on_failure_max_retries)
+        hostname = str((pod.pod.get("spec") or {}).get("hostname") or pod.name)[:63].rstrip("-.")
+        info: dict[str, Any] = {
+            "kind": kind,
+            "name": name,
+            "hostname": hostname if features.get("hostname") and len(hostname) >= 2 else "",
+            "labels": labels,
+            "annotations": (
+                {
+                    k: v
+                    for k, v in labels.items()
+                    if k in (LABEL_CONTAINERS, LABEL_SIDECARS, LABEL_INIT)
+                }
+                if kind == "capsule" and features.get("capsule_annotations")
+                else {}
+            ),
+            "microversion": features.get("_version", ""),
+            "features": {k: v for k, v in features.items() if not k.startswith("_")},
+            "restart_policy": policy,
+            "capsule_restart_policy": restart if restart in _RESTART else "Always",
+            **self._placement(pod),
+            "containers": [
+                self._container_info(c, kind=kind, sizes=sizes, features=features) for c in mains
+            ],
+            "init_containers": [
+                self._container_info(c, kind=kind, sizes=sizes, features=features) for c in inits
+            ],
+            "volumes": [
+                {"name": n, "cinder": {"size": s, "autoRemove": True}} for n, s in sizes.items()
+            ],
+        }
+        return info
+
+    # -- rendering -----------------------------------------------------------------------
+
+    def template_for(self, pod: ResolvedPod, kind: str) -> str:
+        """``zun/<kind>.j2``, or the pod's team template (which may ``{% extends %}`` either
+        base: it receives ``backend_info.kind``)."""
+        if pod.template:
+            return pod.template if "/" in pod.template else f"zun/{pod.template}"
+        return f"zun/{kind}.j2"
+
+    def build(self, pod: ResolvedPod, features: Mapping[str, bool]) -> ZunSpec:
+        info = self.backend_info(pod, features)
+        kind = info["kind"]
+        template = self.template_for(pod, kind)
+        # Sidecars run as ordinary capsule containers; the template sees one list.
+        context = pod_context(pod, backend="zun", settings=self.settings, extra=info)
+        if kind == "capsule":
+            sidecars = context.pop("sidecars")
+            context["containers"] = context["containers"] + sidecars
+            context["sidecars"] = []
+        body = self.renderer.render(template, context)
+        validate_body(kind, body, template)
+        return ZunSpec(kind=kind, name=info["name"], body=body, template=template)
+
+
+def validate_body(kind: str, body: Any, template: str) -> None:
+    """The minimum shape Zun needs, so a broken team template fails here with a clear field."""
+    if not isinstance(body, dict):
+        raise TranslationError("output must be a JSON object", template=template)
+    if kind == "container":
+        for key in ("name", "image"):
+            if not isinstance(body.get(key), str) or not body[key]:
+                raise TranslationError(f"missing string {key!r}", template=template, field=key)
+        return
+    if str(body.get("kind", "")).lower() != "capsule":
+        raise TranslationError('capsule template needs "kind": "capsule"', template=template)
+    containers = (body.get("spec") or {}).get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise TranslationError(
+            "capsule needs spec.containers", template=template, field="spec.containers"
+        )
+    for i, c in enumerate(containers):
+        if not isinstance(c, dict) or not c.get("image"):
+            raise TranslationError(
+                "capsule container without image",
+                template=template,
+                field=f"spec.containers[{i}].image",
+            )
