@@ -137,6 +137,10 @@ class TemplateSettings:
     default: dict[str, str] = field(
         default_factory=dict, metadata=doc("backend → default template name")
     )
+    allowed: dict[str, list[str]] = field(
+        default_factory=dict,
+        metadata=doc('team → template name globs its pods may pick by annotation ("*": all)'),
+    )
 
 
 @dataclass
