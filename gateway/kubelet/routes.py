@@ -1,0 +1,388 @@
+"""The kubelet API's paths (contract §7), after authentication and authorization.
+
+Each handler finds the pod in the pod controller's cache (``PodLookup``), checks the
+container exists, and calls the translator capability it needs — detected with
+``isinstance`` on the ``translators.base`` Protocols.  A backend without the capability gets
+a clear ``501`` naming the backend, before any upgrade, so kubectl prints the reason instead
+of hanging.  Backend errors map once, here: not found → 404, rejected → 400, unavailable or
+throttled → 503, anything else → 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import inspect
+import logging
+import shlex
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from gateway.clock import Clock
+from gateway.kubelet import logs as logs_mod
+from gateway.kubelet import metrics as metrics_mod
+from gateway.kubelet import stats as stats_mod
+from gateway.kubelet import streams
+from gateway.kubelet.ownmetrics import GatewayMetrics, Registry
+from gateway.kubelet.server import Exchange, HttpError, Request
+from translators.base import (
+    BackendNotFound,
+    BackendRejected,
+    BackendThrottled,
+    BackendUnavailable,
+    Executor,
+    LogReader,
+    MetricsSource,
+    NodeUsage,
+    PodRef,
+    TranslatorError,
+    UnsupportedError,
+)
+
+log = logging.getLogger(__name__)
+
+#: How long the first log chunk may take before the 200 goes out anyway (follow on a quiet log).
+FIRST_CHUNK_WAIT = 1.0
+
+
+class PodLookup(Protocol):
+    """Read access to the pods bound to this node (the pod controller's cache)."""
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def pods(self) -> list[dict[str, Any]]: ...
+
+
+def backend_http_error(exc: TranslatorError) -> HttpError:
+    """The one mapping from translator errors to kubelet API statuses."""
+    if isinstance(exc, BackendNotFound):
+        return HttpError(404, str(exc))
+    if isinstance(exc, BackendRejected | UnsupportedError):
+        return HttpError(400, str(exc))
+    if isinstance(exc, BackendThrottled):
+        extra = [("retry-after", str(int(exc.retry_after)))] if exc.retry_after else []
+        return HttpError(503, f"backend busy: {exc}", headers=extra)
+    if isinstance(exc, BackendUnavailable):
+        return HttpError(503, f"backend unavailable: {exc}")
+    return HttpError(500, f"backend error: {exc}")
+
+
+def _containers(pod: dict[str, Any]) -> list[str]:
+    spec = pod.get("spec") or {}
+    names: list[str] = []
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        names += [str(c.get("name")) for c in spec.get(key) or [] if c.get("name")]
+    return names
+
+
+Handler = Callable[[Request, Exchange, list[str]], Awaitable[None]]
+
+
+class KubeletAPI:
+    """Routes and handlers; ``handle`` is called with an already authorized request."""
+
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        pods: PodLookup,
+        translator: object,
+        clock: Clock,
+        started: _dt.datetime,
+        metrics: GatewayMetrics | None = None,
+        registry: Registry | None = None,
+        config: dict[str, Any] | None = None,
+        creation_timeout: float = streams.STREAM_CREATION_TIMEOUT,
+        idle_timeout: float = streams.IDLE_TIMEOUT,
+    ) -> None:
+        self.node_name = node_name
+        self.pods = pods
+        self.translator = translator
+        self.clock = clock
+        self.started = started
+        self.metrics = metrics
+        self.registry = registry
+        self.config = config or {}
+        self.creation_timeout = creation_timeout
+        self.idle_timeout = idle_timeout
+        self.kind = str(getattr(translator, "kind", "") or type(translator).__name__)
+        self._routes: dict[str, tuple[frozenset[str], Handler]] = {
+            "containerLogs": (frozenset({"GET", "HEAD"}), self.container_logs),
+            "exec": (frozenset({"GET", "POST"}), self.exec),
+            "attach": (frozenset({"GET", "POST"}), self.attach),
+            "portForward": (frozenset({"GET", "POST"}), self.port_forward),
+            "run": (frozenset({"POST"}), self.run),
+            "pods": (frozenset({"GET", "HEAD"}), self.pod_list),
+            "runningpods": (frozenset({"GET", "HEAD"}), self.running_pods),
+            "stats": (frozenset({"GET", "HEAD"}), self.stats),
+            "metrics": (frozenset({"GET", "HEAD"}), self.metrics_routes),
+            "healthz": (frozenset({"GET", "HEAD"}), self.healthz),
+            "configz": (frozenset({"GET", "HEAD"}), self.configz),
+            "spec": (frozenset({"GET", "HEAD"}), self.spec),
+        }
+
+    async def handle(self, req: Request, ex: Exchange) -> None:
+        parts = [p for p in req.path.split("/") if p]
+        route = self._routes.get(parts[0]) if parts else None
+        if route is None:
+            raise HttpError(404, f"{req.path}: no such kubelet endpoint")
+        methods, handler = route
+        if req.method not in methods:
+            raise HttpError(
+                405,
+                f"method {req.method} not allowed on {req.path}",
+                headers=[("allow", ", ".join(sorted(methods)))],
+            )
+        await handler(req, ex, parts[1:])
+
+    # -- lookups ---------------------------------------------------------------------
+
+    async def _pod(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+        found = self.pods.get_pod(namespace, name)
+        pod: dict[str, Any] | None = await found if inspect.isawaitable(found) else found
+        if pod is None:
+            raise HttpError(404, f'pod "{namespace}/{name}" not found on node {self.node_name}')
+        if uid and (pod.get("metadata") or {}).get("uid") != uid:
+            raise HttpError(404, f'pod "{namespace}/{name}" with UID {uid} not found')
+        return pod
+
+    async def _target(self, args: list[str], what: str) -> tuple[PodRef, str]:
+        """(pod ref, container) from ``ns/pod/container`` or ``ns/pod/uid/container``."""
+        if len(args) == 3:
+            ns, name, container = args
+            uid = ""
+        elif len(args) == 4:
+            ns, name, uid, container = args
+        else:
+            raise HttpError(400, f"expected /{what}/<namespace>/<pod>/<container>")
+        pod = await self._pod(ns, name, uid)
+        names = _containers(pod)
+        if container not in names:
+            raise HttpError(
+                404,
+                f'container "{container}" not found in pod "{ns}/{name}" '
+                f"(containers: {', '.join(names) or 'none'})",
+            )
+        meta = pod.get("metadata") or {}
+        return PodRef(ns, name, str(meta.get("uid", ""))), container
+
+    # -- logs ------------------------------------------------------------------------
+
+    async def container_logs(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        if len(args) != 3:
+            raise HttpError(400, "expected /containerLogs/<namespace>/<pod>/<container>")
+        options = logs_mod.parse_log_options(req.query, now=self.clock.now())
+        ref, container = await self._target(args, "containerLogs")
+        if not isinstance(self.translator, LogReader):
+            raise HttpError(501, f"container logs are not supported by the {self.kind} backend")
+        chunks = aiter(self.translator.logs(ref, container, options))
+        first = asyncio.ensure_future(anext(chunks))
+        done, _ = await asyncio.wait({first}, timeout=FIRST_CHUNK_WAIT)
+        if done:
+            try:
+                first.result()
+            except StopAsyncIteration:
+                await ex.send(200, b"")
+                return
+            except TranslatorError as exc:
+                raise backend_http_error(exc) from exc
+        try:
+            sent = await logs_mod.stream_logs(ex, chunks, first, options)
+        finally:
+            if not first.done():
+                first.cancel()
+        if self.metrics is not None:
+            self.metrics.log_bytes.inc(value=sent)
+
+    # -- exec / attach / port-forward / run -------------------------------------------
+
+    async def exec(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        opts = streams.parse_exec_options(req.query, need_command=True)
+        ref, container = await self._target(args, "exec")
+        translator = self.translator
+        if not isinstance(translator, Executor):
+            raise HttpError(501, f"exec is not supported by the {self.kind} backend")
+
+        async def start() -> Any:
+            return await translator.exec(
+                ref, container, opts.command, tty=opts.tty, stdin=opts.stdin
+            )
+
+        await self._stream(req, ex, opts, start)
+
+    async def attach(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        opts = streams.parse_exec_options(req.query, need_command=False)
+        ref, container = await self._target(args, "attach")
+        attach = getattr(self.translator, "attach", None)
+        if not isinstance(self.translator, Executor) or not callable(attach):
+            raise HttpError(
+                501,
+                f"attach is not supported by the {self.kind} backend "
+                "(it cannot join a running process); use kubectl exec or kubectl logs -f",
+            )
+
+        async def start() -> Any:
+            return await attach(ref, container, tty=opts.tty, stdin=opts.stdin)
+
+        await self._stream(req, ex, opts, start)
+
+    async def _stream(
+        self,
+        req: Request,
+        ex: Exchange,
+        opts: streams.ExecOptions,
+        start: Callable[[], Awaitable[Any]],
+    ) -> None:
+        proto = req.upgrade or "none"
+        if self.metrics is not None:
+            self.metrics.exec_sessions.inc(proto)
+        try:
+            await streams.serve(
+                req,
+                ex,
+                opts,
+                start,
+                creation_timeout=self.creation_timeout,
+                idle_timeout=self.idle_timeout,
+            )
+        finally:
+            if self.metrics is not None:
+                self.metrics.exec_sessions.dec(proto)
+
+    async def port_forward(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        if len(args) not in (2, 3):
+            raise HttpError(400, "expected /portForward/<namespace>/<pod>")
+        await self._pod(args[0], args[1], args[2] if len(args) == 3 else "")
+        raise HttpError(501, f"port-forward is not supported by the {self.kind} backend")
+
+    async def run(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        ref, container = await self._target(args, "run")
+        cmd = req.query.get("command") or shlex.split(req.param("cmd") or "")
+        if not cmd:
+            raise HttpError(400, "expected a command: ?cmd=... or repeated ?command=")
+        if not isinstance(self.translator, Executor):
+            raise HttpError(501, f"run is not supported by the {self.kind} backend")
+        try:
+            session = await self.translator.exec(ref, container, cmd, tty=False, stdin=False)
+            output = bytearray()
+            async for _stream, data in session.output():
+                output += data
+            code = await session.wait()
+        except TranslatorError as exc:
+            raise backend_http_error(exc) from exc
+        if code != 0:
+            msg = f"command terminated with exit code {code}\n".encode()
+            await ex.send(500, bytes(output) + msg)
+            return
+        await ex.send(200, bytes(output))
+
+    # -- pods ------------------------------------------------------------------------
+
+    def _node_pods(self) -> list[dict[str, Any]]:
+        return [
+            p for p in self.pods.pods() if (p.get("spec") or {}).get("nodeName") == self.node_name
+        ]
+
+    async def pod_list(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        if args:
+            raise HttpError(404, f"{req.path}: no such kubelet endpoint")
+        await ex.send_json(
+            200,
+            {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self._node_pods()},
+        )
+
+    async def running_pods(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        items = []
+        for p in self._node_pods():
+            status = p.get("status") or {}
+            running = [
+                c
+                for c in status.get("containerStatuses") or []
+                if "running" in (c.get("state") or {})
+            ]
+            if not running:
+                continue
+            meta = p.get("metadata") or {}
+            items.append(
+                {
+                    "metadata": {
+                        "name": meta.get("name"),
+                        "namespace": meta.get("namespace"),
+                        "uid": meta.get("uid"),
+                        "creationTimestamp": None,
+                    },
+                    "spec": {
+                        "containers": [
+                            {"name": c.get("name"), "image": c.get("image"), "resources": {}}
+                            for c in running
+                        ]
+                    },
+                    "status": {},
+                }
+            )
+        await ex.send_json(
+            200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        )
+
+    # -- stats / metrics -------------------------------------------------------------
+
+    async def _usage(self) -> NodeUsage | None:
+        if not isinstance(self.translator, MetricsSource):
+            return None
+        return await self.translator.usage()
+
+    async def stats(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        if args not in (["summary"], ["summary", ""]):
+            raise HttpError(404, f"{req.path}: only /stats/summary is served")
+        try:
+            usage = await self._usage()
+        except TranslatorError as exc:
+            raise backend_http_error(exc) from exc
+        if usage is None:
+            body = stats_mod.empty_summary(
+                node_name=self.node_name, node_start=self.started, now=self.clock.now()
+            )
+        else:
+            body = stats_mod.summary(usage, node_name=self.node_name, node_start=self.started)
+        await ex.send_json(200, body)
+
+    async def metrics_routes(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        if args == ["resource"]:
+            usage: NodeUsage | None
+            try:
+                usage = await self._usage()
+                if usage is None:  # no metrics capability: nothing known, nothing failed
+                    usage = NodeUsage(time=self.clock.now(), pods=())
+            except TranslatorError as exc:
+                log.warning("metrics/resource: backend usage failed: %s", exc)
+                usage = None
+            await ex.send(200, metrics_mod.render(usage), content_type=metrics_mod.CONTENT_TYPE)
+        elif not args and self.registry is not None:
+            await ex.send(200, self.registry.render(), content_type=metrics_mod.CONTENT_TYPE)
+        else:
+            raise HttpError(404, f"{req.path}: not served by vkgate (try /metrics/resource)")
+
+    # -- small ones ------------------------------------------------------------------
+
+    async def healthz(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        await ex.send(200, "ok")
+
+    async def configz(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        await ex.send_json(200, {"kubeletconfig": self.config})
+
+    async def spec(self, req: Request, ex: Exchange, args: list[str]) -> None:
+        capacity = getattr(self.translator, "capacity", None)
+        if capacity is None:
+            raise HttpError(501, f"machine spec is not available from the {self.kind} backend")
+        try:
+            cap = await capacity()
+        except TranslatorError as exc:
+            raise backend_http_error(exc) from exc
+        await ex.send_json(
+            200,
+            {
+                "num_cores": max(1, cap.cpu_millis // 1000),
+                "memory_capacity": cap.memory_bytes,
+                "machine_id": self.node_name,
+            },
+        )

@@ -1,0 +1,160 @@
+"""``KubeletServer``: the :10250 HTTPS API wired together — TLS, authn, authz, routes, own
+metrics — with ``start()``/``stop()`` for the App.
+
+Every request is authenticated, then authorized, then routed; a failure answers 401/403/500
+with a message that says why (the user and the subresources checked — never a token).
+Requests and auth outcomes are counted in the gateway's own metrics, served plain-HTTP on
+``kubelet.metrics_address`` and behind auth at ``/metrics`` here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.clock import Clock, SystemClock
+from gateway.config import KubeletSettings
+from gateway.kubelet.auth import Authenticator, AuthError, Authorizer, ReviewClient
+from gateway.kubelet.certs import CertStore
+from gateway.kubelet.ownmetrics import GatewayMetrics, MetricsServer, Registry, path_class
+from gateway.kubelet.routes import KubeletAPI, PodLookup
+from gateway.kubelet.server import Exchange, HttpServer, Request
+
+log = logging.getLogger(__name__)
+
+
+class KubeletServer:
+    def __init__(
+        self,
+        *,
+        settings: KubeletSettings,
+        node_name: str,
+        pods: PodLookup,
+        translator: object,
+        client: ReviewClient | None,
+        clock: Clock | None = None,
+        registry: Registry | None = None,
+        hosts: Sequence[str] = (),
+        default_address: str = "0.0.0.0",
+        cert_check_interval: float = 5.0,
+    ) -> None:
+        self.settings = settings
+        self.node_name = node_name
+        self.clock = clock or SystemClock()
+        self.registry = registry or Registry()
+        self.metrics = GatewayMetrics(self.registry)
+        self.address = settings.address or default_address
+        self._hosts = list(dict.fromkeys([*hosts, node_name, self.address, "127.0.0.1"]))
+        self._cert_check_interval = cert_check_interval
+        self.authn = Authenticator(client=client, anonymous=settings.anonymous, clock=self.clock)
+        self.authz = Authorizer(
+            client=client,
+            node_name=node_name,
+            mode=settings.authorization,
+            clock=self.clock,
+        )
+        self.api = KubeletAPI(
+            node_name=node_name,
+            pods=pods,
+            translator=translator,
+            clock=self.clock,
+            started=self.clock.now(),
+            metrics=self.metrics,
+            registry=self.registry,
+            config=self._configz(),
+        )
+        self.certs: CertStore | None = None
+        self._http: HttpServer | None = None
+        self._metrics_server: MetricsServer | None = None
+
+    def _configz(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "kind": "KubeletConfiguration",
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "address": self.address,
+            "port": s.port,
+            "tlsCertFile": s.cert_file,
+            "authentication": {
+                "anonymous": {"enabled": s.anonymous},
+                "webhook": {"enabled": True, "cacheTTL": "2m0s"},
+                "x509": {"clientCAFile": s.client_ca_file},
+            },
+            "authorization": {
+                "mode": "Webhook" if s.authorization == "webhook" else "AlwaysAllow",
+                "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"},
+            },
+            "streamingConnectionIdleTimeout": "4h0m0s",
+        }
+
+    @property
+    def port(self) -> int:
+        return self._http.port if self._http else self.settings.port
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics_server.port if self._metrics_server else None
+
+    async def start(self) -> None:
+        s = self.settings
+        self.certs = CertStore(
+            cert_file=s.cert_file,
+            key_file=s.key_file,
+            client_ca_file=s.client_ca_file,
+            hosts=self._hosts,
+            check_interval=self._cert_check_interval,
+            clock=self.clock,
+        )
+        if not s.client_ca_file and s.authorization == "webhook":
+            log.warning("kubelet: no client_ca_file: only bearer tokens can authenticate")
+        self._http = HttpServer(
+            self.handle,
+            host=self.address,
+            port=s.port,
+            certs=self.certs,
+            access_log=self._access,
+            name="kubelet",
+        )
+        await self._http.start()
+        if s.metrics_address:
+            self._metrics_server = MetricsServer(self.registry, s.metrics_address)
+            await self._metrics_server.start()
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.stop()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+        if self.certs is not None:
+            self.certs.close()
+
+    async def handle(self, req: Request, ex: Exchange) -> None:
+        try:
+            req.user = await self.authn.authenticate(
+                peer_cert=req.peer_cert, authorization=req.header("authorization")
+            )
+            await self.authz.authorize(req.user, method=req.method, path=req.path)
+        except AuthError as exc:
+            result = {401: "unauthenticated", 403: "forbidden"}.get(exc.status, "error")
+            self.metrics.auth.inc(result)
+            log.info("kubelet: %s %s from %s: %s", req.method, req.path, req.peer, exc.message)
+            await ex.fail(exc.status, exc.message)
+            return
+        self.metrics.auth.inc("allowed")
+        await self.api.handle(req, ex)
+
+    def _access(self, req: Request, ex: Exchange, seconds: float) -> None:
+        cls = path_class(req.path)
+        code = str(ex.status or 0)
+        self.metrics.requests.inc(cls, req.method, code)
+        self.metrics.duration.observe(cls, value=seconds)
+        log.debug(
+            "kubelet: %s %s -> %s (%.3fs, %d bytes, user=%s)",
+            req.method,
+            req.path,
+            code,
+            seconds,
+            ex.bytes_sent,
+            getattr(req.user, "name", "-"),
+        )
