@@ -1,0 +1,115 @@
+"""Admission: does the backend support what this pod asks for?  Pure functions.
+
+A virtual kubelet that silently ignores ``hostNetwork: true`` or ``privileged: true`` runs a
+workload that is not what the user asked for.  Instead, before a pod is submitted, every
+feature it uses is checked against the translator's ``Features``; anything missing makes the
+pod ``Failed`` with a reason and a message naming the field — like a kubelet admission
+rejection (``OutOfcpu``, ``NodeAffinity``) — plus a Warning Event.
+
+Feature names (what a translator lists in ``Features.pod_features``):
+
+==========================  ====================================================
+``hostNetwork``             ``spec.hostNetwork: true``
+``hostPID`` / ``hostIPC``   ``spec.hostPID`` / ``spec.hostIPC``
+``shareProcessNamespace``   ``spec.shareProcessNamespace: true``
+``privileged``              a container's ``securityContext.privileged: true``
+``hostPort``                a container port with ``hostPort``
+``initContainers``          an init container (``restartPolicy`` unset)
+``sidecars``                an init container with ``restartPolicy: Always``
+``ephemeralContainers``     ``spec.ephemeralContainers`` (``kubectl debug``)
+==========================  ====================================================
+
+Volume kinds are checked by ``gateway.pods.volumes`` (reason ``UnsupportedVolume``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from translators.base import Features
+
+REASON_FEATURE = "UnsupportedPodFeature"
+REASON_VOLUME = "UnsupportedVolume"
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    #: The pod field that asks for it, e.g. ``spec.containers[app].securityContext.privileged``.
+    field: str
+    #: The feature name (see the table above) or volume kind.
+    feature: str
+    reason: str
+    message: str
+
+
+def _used_features(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
+    spec = pod.get("spec") or {}
+    used: list[tuple[str, str]] = []
+    for flag in ("hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace"):
+        if spec.get(flag):
+            used.append((flag, f"spec.{flag}"))
+    for group in ("initContainers", "containers"):
+        for c in spec.get(group) or []:
+            name = c.get("name", "")
+            if (c.get("securityContext") or {}).get("privileged"):
+                used.append(("privileged", f"spec.{group}[{name}].securityContext.privileged"))
+            for port in c.get("ports") or []:
+                if port.get("hostPort"):
+                    used.append(("hostPort", f"spec.{group}[{name}].ports.hostPort"))
+                    break
+    for c in spec.get("initContainers") or []:
+        kind = "sidecars" if c.get("restartPolicy") == "Always" else "initContainers"
+        used.append((kind, f"spec.initContainers[{c.get('name', '')}]"))
+    if spec.get("ephemeralContainers"):
+        used.append(("ephemeralContainers", "spec.ephemeralContainers"))
+    return used
+
+
+def check_pod(pod: Mapping[str, Any], features: Features, *, backend: str) -> list[Unsupported]:
+    """Everything this pod uses that ``features`` does not declare (first use of each)."""
+    out: list[Unsupported] = []
+    seen: set[str] = set()
+    for feature, where in _used_features(pod):
+        if feature in features.pod_features or feature in seen:
+            continue
+        seen.add(feature)
+        out.append(
+            Unsupported(
+                field=where,
+                feature=feature,
+                reason=REASON_FEATURE,
+                message=f"{where}: {feature} is not supported by the {backend} backend",
+            )
+        )
+    spec = pod.get("spec") or {}
+    count = len(spec.get("containers") or []) + len(spec.get("initContainers") or [])
+    if features.max_containers is not None and count > features.max_containers:
+        out.append(
+            Unsupported(
+                field="spec.containers",
+                feature="containers",
+                reason=REASON_FEATURE,
+                message=(
+                    f"spec.containers: {count} containers, the {backend} backend "
+                    f"supports at most {features.max_containers}"
+                ),
+            )
+        )
+    return out
+
+
+def unsupported_volume(name: str, kind: str, *, backend: str) -> Unsupported:
+    return Unsupported(
+        field=f"spec.volumes[{name}]",
+        feature=kind,
+        reason=REASON_VOLUME,
+        message=f'volume "{name}": {kind} volumes are not supported by the {backend} backend',
+    )
+
+
+def ephemeral_containers(pod: Mapping[str, Any]) -> list[str]:
+    return [
+        str(c.get("name", "")) for c in (pod.get("spec") or {}).get("ephemeralContainers") or []
+    ]
