@@ -311,7 +311,13 @@ class Features:
     pod_features: frozenset[str] = frozenset()
     #: Pod spec fields changeable on a live workload without re-create.
     updatable_fields: frozenset[str] = frozenset()
-    #: True when status.podIP is known before create (else status.* fieldRefs are backend-side).
+    #: A token the translator replaces backend-side with the workload's IP, in env values,
+    #: command and args (e.g. Nomad ``${NOMAD_IP_...}`` or the simulated ``__VKGATE_POD_IP__``).
+    #: The gateway puts it wherever ``status.podIP``/``status.podIPs`` fieldRefs resolve (also
+    #: inside ``$(VAR)`` expansions) when the pod IP is not known before create.  Empty: the
+    #: gateway substitutes the node InternalIP (right for host-network backends).
+    pod_ip_placeholder: str = ""
+    #: Most containers per pod the backend accepts (None: no limit).
     max_containers: int | None = None
 
 
