@@ -112,7 +112,7 @@ class FakeApi:
     def handler(self, request: httpx.Request) -> httpx.Response:
         method = request.method
         path = request.url.path
-        body = json.loads(request.content) if request.content else None
+        body: Any = json.loads(request.content) if request.content else None
         self.requests.append((method, path, body))
         for f in self.failures:
             if f.times > 0 and f.method in (method, "*") and re.search(f.pattern, path):
@@ -146,7 +146,7 @@ class FakeApi:
             return self._json(201, obj)
         if obj_path not in self.objects:
             return self._json(404, status_body(404, "NotFound", f"{path} not found"))
-        current = self.objects[obj_path]
+        current: dict[str, Any] = self.objects[obj_path]
         if method == "DELETE":
             del self.objects[obj_path]
             return self._json(200, {"kind": "Status", "status": "Success"})
@@ -156,7 +156,7 @@ class FakeApi:
         if want_rv and want_rv != current["metadata"]["resourceVersion"]:
             return self._json(409, status_body(409, "Conflict", "the object has been modified"))
         if method == "PUT":
-            new = copy.deepcopy(body)
+            new: dict[str, Any] = copy.deepcopy(body)
             new["metadata"]["uid"] = current["metadata"]["uid"]
         elif method == "PATCH":
             if status_sub:

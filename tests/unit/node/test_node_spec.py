@@ -6,7 +6,7 @@ import pytest
 
 from gateway.node import conditions as cond
 from gateway.node import spec
-from translators.base import Capacity
+from translators.base import Capacity, NodeInfo
 
 OURS = {"key": "virtual-kubelet.io/provider", "value": "nomad", "effect": "NoSchedule"}
 
@@ -114,7 +114,7 @@ def test_status_patch_removes_withdrawn_resources_with_null():
         kubelet_port=10250,
         internal_ip="",
         hostname="",
-        info=spec.NodeInfo(),
+        info=NodeInfo(),
         boot_id="b",
         capacity={"cpu": "1"},
     )

@@ -1,0 +1,115 @@
+"""EventRecorder: core/v1 Event shape, aggregation of repeats, never raising."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.clock import FakeClock
+from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
+from gateway.kube.events import EventRecorder
+
+POD = {"metadata": {"namespace": "team-a", "name": "web", "uid": "pod-uid", "resourceVersion": "5"}}
+
+
+class Server:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, Any]] = []
+        self.codes: list[int] = []
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.requests.append((request.method, request.url.path, body))
+        code = self.codes.pop(0) if self.codes else (201 if request.method == "POST" else 200)
+        if code >= 400:
+            return httpx.Response(
+                code, json={"kind": "Status", "code": code, "reason": "X", "message": "no"}
+            )
+        return httpx.Response(code, json=body or {})
+
+
+@pytest.fixture
+def server() -> Server:
+    return Server()
+
+
+@pytest.fixture
+def recorder(server: Server) -> EventRecorder:
+    clock = FakeClock()
+    client = KubeClient(
+        KubeConfig(server="https://k"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=0,
+        retry=RetryPolicy(delays=()),
+    )
+    return EventRecorder(client, component="vkgate", host="vk-1", clock=clock)
+
+
+async def test_first_event_is_posted_with_kubelet_shape(recorder: EventRecorder, server: Server):
+    await recorder.record(
+        POD,
+        type="Warning",
+        reason="Failed",
+        message="image not found",
+        field_path="spec.containers{app}",
+    )
+    method, path, body = server.requests[0]
+    assert (method, path) == ("POST", "/api/v1/namespaces/team-a/events")
+    assert body["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "team-a",
+        "name": "web",
+        "uid": "pod-uid",
+        "resourceVersion": "5",
+        "fieldPath": "spec.containers{app}",
+    }
+    assert body["source"] == {"component": "vkgate", "host": "vk-1"}
+    assert (body["type"], body["reason"], body["message"], body["count"]) == (
+        "Warning",
+        "Failed",
+        "image not found",
+        1,
+    )
+    assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-03-01T10:00:00Z"
+    assert body["metadata"]["name"].startswith("web.")
+
+
+async def test_repeats_are_aggregated_with_patch(recorder: EventRecorder, server: Server):
+    for _ in range(3):
+        await recorder.record(POD, type="Normal", reason="Pulled", message="pulled nginx")
+    assert [r[0] for r in server.requests] == ["POST", "PATCH", "PATCH"]
+    name = server.requests[0][2]["metadata"]["name"]
+    assert server.requests[2][1] == f"/api/v1/namespaces/team-a/events/{name}"
+    assert server.requests[2][2]["count"] == 3
+    await recorder.record(POD, type="Normal", reason="Pulled", message="pulled redis")
+    assert server.requests[-1][0] == "POST"  # a different message is a different event
+
+
+async def test_expired_event_starts_a_new_series(recorder: EventRecorder, server: Server):
+    await recorder.record(POD, type="Normal", reason="Started", message="started")
+    server.codes = [404]
+    await recorder.record(POD, type="Normal", reason="Started", message="started")
+    assert [r[0] for r in server.requests] == ["POST", "PATCH", "POST"]
+
+
+async def test_never_raises_and_failed_post_is_not_aggregated(
+    recorder: EventRecorder, server: Server
+):
+    server.codes = [500]
+    await recorder.record(POD, type="Normal", reason="Started", message="started")  # no exception
+    await recorder.record(POD, type="Normal", reason="Started", message="started")
+    assert [r[0] for r in server.requests] == ["POST", "POST"]
+
+
+async def test_node_events_go_to_default_namespace(recorder: EventRecorder, server: Server):
+    node = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "vk-1", "uid": "n-uid"}}
+    await recorder.record(node, type="Normal", reason="NodeReady", message="ready")
+    _, path, body = server.requests[0]
+    assert path == "/api/v1/namespaces/default/events"
+    assert body["involvedObject"]["kind"] == "Node"
+    assert "namespace" not in body["involvedObject"]

@@ -1,0 +1,316 @@
+"""Reflector: list+watch, bookmarks, 410 relist diff, inactivity re-watch, backoff (fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.clock import FakeClock
+from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
+from gateway.kube.reflector import Reflector
+
+PATH = "/api/v1/pods"
+
+
+def pod(name: str, rv: str, uid: str = "") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "resourceVersion": rv,
+            "uid": uid or f"u-{name}",
+        }
+    }
+
+
+class WatchServer:
+    """Lists come from ``lists`` (the last one repeats); every watch gets a queue the test feeds.
+    ``None`` in a queue closes that watch cleanly; ``watch_errors`` answers watches with a status."""
+
+    def __init__(self) -> None:
+        self.lists: list[dict[str, Any]] = []
+        self.list_calls = 0
+        self.watches: list[tuple[dict[str, str], asyncio.Queue[Any]]] = []
+        self.watch_errors: list[int] = []
+
+    async def handler(self, request: httpx.Request) -> httpx.Response:
+        params = dict(request.url.params)
+        if params.get("watch") != "true":
+            self.list_calls += 1
+            page = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+            return httpx.Response(200, json=page)
+        if self.watch_errors:
+            code = self.watch_errors.pop(0)
+            return httpx.Response(
+                code, json={"kind": "Status", "code": code, "reason": "X", "message": "m"}
+            )
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        self.watches.append((params, q))
+
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                item = await q.get()
+                if item is None:
+                    return
+                yield (json.dumps(item) + "\n").encode()
+
+        return httpx.Response(200, content=body())
+
+    def send(self, etype: str, obj: dict[str, Any]) -> None:
+        self.watches[-1][1].put_nowait({"type": etype, "object": obj})
+
+    def close(self) -> None:
+        self.watches[-1][1].put_nowait(None)
+
+
+async def settle(n: int = 100) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def advance(clock: FakeClock, seconds: float, step: float = 0.5) -> None:
+    await settle()
+    while seconds > 1e-9:
+        d = min(step, seconds)
+        await clock.advance(d)
+        await settle()
+        seconds -= d
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def server() -> WatchServer:
+    s = WatchServer()
+    s.lists = [{"items": [pod("a", "1"), pod("b", "2")], "metadata": {"resourceVersion": "10"}}]
+    return s
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str | None]] = []
+
+    async def __call__(self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        name = obj["metadata"]["name"]
+        self.events.append((etype, name, old["metadata"]["resourceVersion"] if old else None))
+
+
+@pytest.fixture
+async def running(
+    server: WatchServer, clock: FakeClock
+) -> AsyncIterator[tuple[Reflector, Recorder]]:
+    client = KubeClient(
+        KubeConfig(server="https://kube.test"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=0,
+        retry=RetryPolicy(delays=()),
+    )
+    refl = Reflector(
+        client,
+        PATH,
+        params={"fieldSelector": "spec.nodeName=vk"},
+        clock=clock,
+        inactivity_timeout=60,
+        rng=random.Random(3),
+    )
+    rec = Recorder()
+    task = asyncio.create_task(refl.run(rec))
+    await settle()
+    yield refl, rec
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await client.aclose()
+
+
+async def test_initial_list_adds_and_syncs_then_watches_from_list_rv(running, server: WatchServer):
+    refl, rec = running
+    assert refl.synced.is_set()
+    assert rec.events == [("ADDED", "a", None), ("ADDED", "b", None)]
+    assert set(refl.store) == {"ns/a", "ns/b"}
+    params = server.watches[0][0]
+    assert params["resourceVersion"] == "10"
+    assert params["allowWatchBookmarks"] == "true"
+    assert params["fieldSelector"] == "spec.nodeName=vk"
+    assert 240 <= int(params["timeoutSeconds"]) <= 360
+
+
+async def test_watch_events_update_store_and_call_handler(running, server: WatchServer):
+    refl, rec = running
+    rec.events.clear()
+    server.send("ADDED", pod("c", "11"))
+    server.send("MODIFIED", pod("a", "12"))
+    server.send("DELETED", pod("b", "13"))
+    await settle()
+    assert rec.events == [("ADDED", "c", None), ("MODIFIED", "a", "1"), ("DELETED", "b", "2")]
+    assert set(refl.store) == {"ns/a", "ns/c"}
+    assert refl.resource_version == "13"
+
+
+async def test_bookmark_moves_rv_and_next_watch_starts_there(
+    running, server: WatchServer, clock: FakeClock
+):
+    refl, rec = running
+    rec.events.clear()
+    server.send("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "57"}})
+    await settle()
+    assert refl.resource_version == "57"
+    assert rec.events == []  # bookmarks are not changes
+    await advance(clock, 2)  # a healthy watch …
+    server.close()  # … closed by the server (timeoutSeconds)
+    await settle()
+    assert len(server.watches) == 2
+    assert server.watches[1][0]["resourceVersion"] == "57"
+    assert server.list_calls == 1  # no relist for a clean close
+
+
+async def test_gone_error_event_relists_and_synthesizes_deletes(running, server: WatchServer):
+    refl, rec = running
+    rec.events.clear()
+    # while we were away: a deleted, b modified, d added
+    server.lists = [
+        {"items": [pod("b", "30"), pod("d", "31")], "metadata": {"resourceVersion": "40"}}
+    ]
+    server.send("ERROR", {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"})
+    await settle()
+    assert server.list_calls == 2
+    assert sorted(rec.events) == [
+        ("ADDED", "d", None),
+        ("DELETED", "a", "1"),
+        ("MODIFIED", "b", "2"),
+    ]
+    assert set(refl.store) == {"ns/b", "ns/d"}
+    assert server.watches[-1][0]["resourceVersion"] == "40"
+    assert refl.counts["gone"] == 1
+
+
+async def test_http_410_on_watch_relists(server: WatchServer, clock: FakeClock, running):
+    refl, rec = running
+    rec.events.clear()
+    server.watch_errors = [410]
+    server.close()
+    await advance(clock, 1)
+    assert server.list_calls == 2
+    assert refl.counts["gone"] == 1
+    assert rec.events == []  # nothing changed, nothing reported
+
+
+async def test_relist_detects_recreated_object_by_uid(running, server: WatchServer):
+    _, rec = running
+    rec.events.clear()
+    server.lists = [
+        {
+            "items": [pod("a", "1", uid="new-uid"), pod("b", "2")],
+            "metadata": {"resourceVersion": "50"},
+        }
+    ]
+    server.send("ERROR", {"kind": "Status", "code": 410, "reason": "Expired", "message": "x"})
+    await settle()
+    assert rec.events == [("MODIFIED", "a", "1")]
+
+
+async def test_silent_watch_is_reestablished_after_inactivity(
+    running, server: WatchServer, clock: FakeClock
+):
+    refl, _ = running
+    server.send("MODIFIED", pod("a", "21"))
+    await advance(clock, 59)
+    assert len(server.watches) == 1
+    await advance(clock, 2)
+    assert refl.counts["inactivity"] == 1
+    assert len(server.watches) == 2
+    assert server.watches[1][0]["resourceVersion"] == "21"
+    assert server.list_calls == 1
+
+
+async def test_events_keep_watch_alive(running, server: WatchServer, clock: FakeClock):
+    refl, _ = running
+    for i in range(5):
+        await advance(clock, 40)
+        server.send("BOOKMARK", {"metadata": {"resourceVersion": str(100 + i)}})
+    await settle()
+    assert refl.counts["inactivity"] == 0
+    assert len(server.watches) == 1
+
+
+async def test_watch_errors_back_off_with_growing_jittered_delay(
+    running, server: WatchServer, clock: FakeClock
+):
+    refl, _ = running
+    server.watch_errors = [500, 500, 500]
+    await advance(clock, 2)
+    server.close()  # a normal close after a healthy watch; the re-watches then fail
+    await settle()
+    # failure 1 → ≤0.5 s, 2 → ≤1 s, 3 → ≤2 s (jitter only shortens): ~3.5 s in total
+    await advance(clock, 0.3, step=0.1)
+    assert refl.counts["errors"] == 1
+    assert len(server.watches) == 1
+    await advance(clock, 4, step=0.1)
+    assert refl.counts["errors"] == 3
+    assert len(server.watches) == 2  # back to a working watch
+    assert server.list_calls == 1
+
+
+async def test_handler_exception_does_not_stop_reflector(server: WatchServer, clock: FakeClock):
+    client = KubeClient(
+        KubeConfig(server="https://k"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=0,
+    )
+    calls: list[str] = []
+
+    async def bad(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        calls.append(obj["metadata"]["name"])
+        raise RuntimeError("boom")
+
+    refl = Reflector(client, PATH, clock=clock)
+    task = asyncio.create_task(refl.run(bad))
+    await settle()
+    server.send("ADDED", pod("z", "99"))
+    await settle()
+    assert calls == ["a", "b", "z"]
+    assert "ns/z" in refl.store
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await client.aclose()
+
+
+async def test_watch_closed_at_once_repeatedly_backs_off_instead_of_spinning(
+    server: WatchServer, clock: FakeClock
+):
+    class Closing(WatchServer):
+        async def handler(self, request: httpx.Request) -> httpx.Response:
+            resp = await super().handler(request)
+            if request.url.params.get("watch") == "true":
+                self.close()
+            return resp
+
+    closing = Closing()
+    closing.lists = server.lists
+    client = KubeClient(
+        KubeConfig(server="https://k"),
+        transport=httpx.MockTransport(closing.handler),
+        clock=clock,
+        qps=0,
+    )
+    refl = Reflector(client, PATH, clock=clock, rng=random.Random(1))
+    task = asyncio.create_task(refl.run(Recorder()))
+    await advance(clock, 30, step=0.1)
+    # delays 0.5, 1, 2, 4, 8, 16 (jitter shortens by ≤20 %): about 7 watches in 30 s, not thousands
+    assert 5 <= len(closing.watches) <= 9
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await client.aclose()
