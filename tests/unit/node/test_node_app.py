@@ -40,7 +40,7 @@ def test_loads_configured_translator_by_entry_point():
 def test_unknown_backend_is_a_clear_startup_error():
     s = make_settings()
     s.backend.kind = "nope"
-    with pytest.raises(StartupError, match="backend.kind = 'nope'.*vkgate.translators"):
+    with pytest.raises(StartupError, match=r"backend\.kind = 'nope'.*vkgate\.translators"):
         load_translator(s)
 
 
