@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template")
     p.add_argument("--explain", action="store_true")
     p.add_argument("--show-secrets", action="store_true")
+    p.add_argument("--templates-dir", help="extra template directory, searched first")
     p.add_argument("-c", "--config")
     p.set_defaults(func=_cmd_render)
 
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = tsub.add_parser("check", help="render every template against sample pods")
     p.add_argument("dir", nargs="?")
     p.add_argument("--backend", choices=["nomad", "zun", "batch"], default=None)
+    p.add_argument("-c", "--config", help="vkgate.toml (backend tables, templates.dirs)")
     p.set_defaults(func=_cmd_templates_check)
 
     p = sub.add_parser("version", help="print the version")

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+import jinja2
+
 from translators.quantity import parse_quantity
 
 _UNITS = {
@@ -98,6 +100,9 @@ def tojson(value: Any, indent: int | None = None) -> str:
 
 
 def _json_default(value: Any) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # StrictUndefined raises UndefinedError naming the missing variable
+        return None
     if isinstance(value, (tuple, set, frozenset)):
         return list(value)
     if isinstance(value, bytes):

@@ -1,0 +1,448 @@
+"""A pod YAML file → the backend spec vkgate would send, with no cluster and no backend.
+
+Shared by ``vkgate render``, ``vkgate templates check`` and the ConfigMap template source
+(which validates a new template version against the sample pods before it serves).
+
+The pod is resolved with the gateway's own rules (``gateway.pods.env`` /
+``gateway.pods.volumes``), fed from the YAML alone:
+
+* ConfigMap and Secret documents in the same file (same namespace as the pod, or none) answer
+  ``configMapKeyRef``/``secretKeyRef``/``envFrom`` and configMap/secret volumes; Secret
+  ``stringData`` is accepted as well as ``data``.
+* An object the file does not contain is replaced by a *placeholder* whose referenced keys read
+  ``<configmap NAME KEY>`` / ``<secret NAME KEY>`` (an ``envFrom`` or a volume of it without
+  ``items`` contributes nothing), so a pod renders without its cluster; ``notes`` lists them.
+* A Namespace document gives the team (label ``vkgate.io/team``) unless ``--team`` is given.
+* Service link variables are not generated (there are no Services offline).
+
+The spec is produced by the backend's ``Renderable.render_spec`` when its translator provides
+it (exactly what ``create`` sends, no I/O), else by rendering the template directly with
+``pod_context`` and the backend's settings table.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.pods.env import EnvSources, resolve_container_env
+from translators.base import (
+    JSON,
+    Features,
+    Renderable,
+    ResolvedContainer,
+    ResolvedPod,
+    TranslatorContext,
+    VolumeMount,
+)
+from translators.rendering import TEAM_LABEL, Renderer, pod_context
+
+log = logging.getLogger("gateway.offline")
+
+#: Default template per backend, used when the backend's translator cannot be loaded.
+DEFAULT_TEMPLATES = {"nomad": "nomad/job.j2", "zun": "zun/container.j2", "batch": "batch/task.j2"}
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "templates" / "samples"
+
+
+class OfflineError(ValueError):
+    """The input file cannot be turned into a pod (not YAML, no Pod document, …)."""
+
+
+def samples_dir() -> Path:
+    import templates
+
+    return Path(templates.__file__).resolve().parent / "samples"
+
+
+# --------------------------------------------------------------------------- input
+
+
+@dataclass
+class Inputs:
+    pod: dict[str, Any]
+    configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    namespace: dict[str, Any] | None = None
+    source: str = ""
+
+
+def parse_inputs(text: str, *, source: str = "") -> Inputs:
+    """The first Pod document of ``text`` plus the ConfigMaps/Secrets/Namespace beside it."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise OfflineError(f"{source or 'input'}: not valid YAML: {exc}") from None
+    pods = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Pod"]
+    if not pods:
+        kinds = ", ".join(str(d.get("kind")) for d in docs if isinstance(d, dict)) or "nothing"
+        raise OfflineError(f"{source or 'input'}: no Pod document (found {kinds})")
+    pod = _with_defaults(pods[0])
+    ns = pod["metadata"]["namespace"]
+    inputs = Inputs(pod=pod, source=source)
+    for d in docs:
+        if not isinstance(d, dict):
+            continue
+        meta = d.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if meta.get("namespace", ns) != ns and d.get("kind") != "Namespace":
+            continue
+        if d.get("kind") == "ConfigMap":
+            inputs.configmaps[name] = d
+        elif d.get("kind") == "Secret":
+            inputs.secrets[name] = _secret_data(d)
+        elif d.get("kind") == "Namespace" and name == ns:
+            inputs.namespace = d
+    return inputs
+
+
+def _with_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(pod)
+    meta = dict(out.get("metadata") or {})
+    meta.setdefault("namespace", "default")
+    meta.setdefault("name", "pod")
+    meta.setdefault("uid", "00000000-0000-0000-0000-000000000000")
+    out["metadata"] = meta
+    out["spec"] = dict(out.get("spec") or {})
+    return out
+
+
+def _secret_data(secret: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(secret)
+    data = dict(out.get("data") or {})
+    for k, v in (out.pop("stringData", None) or {}).items():
+        data[k] = base64.b64encode(str(v).encode()).decode()
+    out["data"] = data
+    return out
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+@dataclass
+class Resolved:
+    pod: ResolvedPod
+    notes: list[str] = field(default_factory=list)
+    #: Errors the live agent would report (CreateContainerConfigError / FailedMount).
+    errors: list[str] = field(default_factory=list)
+
+
+def _references(pod: Mapping[str, Any]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Referenced ConfigMap/Secret names → the keys the pod names explicitly."""
+    cms: dict[str, set[str]] = {}
+    secrets: dict[str, set[str]] = {}
+    spec = pod.get("spec") or {}
+    for c in (*(spec.get("initContainers") or []), *(spec.get("containers") or [])):
+        for src in c.get("envFrom") or []:
+            if src.get("configMapRef"):
+                cms.setdefault(str(src["configMapRef"].get("name", "")), set())
+            if src.get("secretRef"):
+                secrets.setdefault(str(src["secretRef"].get("name", "")), set())
+        for var in c.get("env") or []:
+            vf = var.get("valueFrom") or {}
+            for key, table in (("configMapKeyRef", cms), ("secretKeyRef", secrets)):
+                if vf.get(key):
+                    table.setdefault(str(vf[key].get("name", "")), set()).add(
+                        str(vf[key].get("key", ""))
+                    )
+    for vol in spec.get("volumes") or []:
+        sources = [vol] + [
+            {k: v for k, v in s.items()}
+            for s in ((vol.get("projected") or {}).get("sources") or [])
+        ]
+        for s in sources:
+            for key, name_key, table in (
+                ("configMap", "name", cms),
+                ("secret", "secretName", secrets),
+            ):
+                if s.get(key):
+                    ref = s[key]
+                    name = str(ref.get(name_key) or ref.get("name", ""))
+                    keys = table.setdefault(name, set())
+                    keys.update(str(i.get("key", "")) for i in ref.get("items") or [])
+    return cms, secrets
+
+
+def _placeholder(kind: str, name: str, keys: set[str]) -> dict[str, Any]:
+    if kind == "secret":
+        data = {k: base64.b64encode(f"<secret {name} {k}>".encode()).decode() for k in keys}
+    else:
+        data = {k: f"<configmap {name} {k}>" for k in keys}
+    return {"kind": kind, "metadata": {"name": name}, "data": data}
+
+
+def resolve(
+    inputs: Inputs,
+    *,
+    node_name: str,
+    team: str = "",
+    features: Features | None = None,
+) -> Resolved:
+    """Resolve ``inputs`` into the ``ResolvedPod`` the live agent would build."""
+    pod = inputs.pod
+    meta = pod["metadata"]
+    spec = pod["spec"]
+    notes: list[str] = []
+    errors: list[str] = []
+    cm_refs, secret_refs = _references(pod)
+    configmaps: dict[str, Any] = dict(inputs.configmaps)
+    secrets: dict[str, Any] = dict(inputs.secrets)
+    for table, refs, kind in ((configmaps, cm_refs, "configmap"), (secrets, secret_refs, "secret")):
+        for name, keys in sorted(refs.items()):
+            if name not in table:
+                table[name] = _placeholder(kind, name, keys)
+                notes.append(f"{kind} {name!r} is not in the file: placeholder values")
+    sources = EnvSources(
+        configmaps=configmaps,
+        secrets=secrets,
+        services=(),
+        pod_ips=("10.0.0.1",),
+        host_ips=("127.0.0.1",),
+        enable_service_links=False,
+    )
+    if not team and inputs.namespace is not None:
+        team = str(
+            ((inputs.namespace.get("metadata") or {}).get("labels") or {}).get(TEAM_LABEL, "")
+        )
+    features = features or Features()
+
+    def container(c: Mapping[str, Any], role: str) -> ResolvedContainer:
+        result = resolve_container_env(pod, c, sources)
+        errors.extend(f"container {c.get('name')}: {result.error}" for _ in [0] if result.error)
+        return ResolvedContainer(
+            name=str(c.get("name", "")),
+            image=str(c.get("image", "")),
+            command=result.command,
+            args=result.args,
+            env=result.env,
+            mounts=tuple(
+                VolumeMount(
+                    volume=str(m.get("name", "")),
+                    mount_path=str(m.get("mountPath", "")),
+                    read_only=bool(m.get("readOnly", False)),
+                    sub_path=str(m.get("subPath", "") or ""),
+                )
+                for m in c.get("volumeMounts") or []
+            ),
+            working_dir=str(c.get("workingDir", "") or ""),
+            role=role,
+            spec=dict(c),
+        )
+
+    inits = tuple(
+        container(c, "sidecar" if c.get("restartPolicy") == "Always" else "init")
+        for c in spec.get("initContainers") or []
+    )
+    mains = tuple(container(c, "main") for c in spec.get("containers") or [])
+    volumes: tuple[Any, ...] = ()
+    try:
+        from gateway.pods.volumes import resolve_volumes
+    except ImportError:  # pragma: no cover - the pods package always ships it
+        notes.append("volume resolution unavailable: volumes omitted")
+    else:
+        vr = resolve_volumes(pod, sources, supported_kinds=features.volume_kinds)
+        volumes = vr.volumes
+        if vr.error:
+            errors.append(vr.error)
+        notes.extend(
+            f"volume {n!r} ({k}) is not supported by this backend" for n, k in vr.unsupported
+        )
+    resolved = ResolvedPod(
+        namespace=str(meta["namespace"]),
+        name=str(meta["name"]),
+        uid=str(meta["uid"]),
+        node_name=str(spec.get("nodeName") or node_name),
+        pod=pod,
+        containers=mains,
+        init_containers=inits,
+        volumes=volumes,
+        team=team,
+        host_ip="127.0.0.1",
+    )
+    return Resolved(resolved, notes, errors)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+class SpecRenderer:
+    """Renders a resolved pod for one backend: via the translator's ``render_spec`` when it
+    is ``Renderable``, else straight through the template with ``pod_context``."""
+
+    def __init__(
+        self,
+        renderer: Renderer,
+        *,
+        backend: str,
+        settings: Mapping[str, Any],
+        node_name: str = "vkgate",
+        load: bool = True,
+    ) -> None:
+        self.renderer = renderer
+        self.backend = backend
+        self.settings = dict(settings)
+        self.translator: Any = None
+        #: Why the translator is not used (shown by --explain).
+        self.load_error = ""
+        if load:
+            self.translator, self.load_error = _load_translator(
+                backend, settings=self.settings, node_name=node_name, renderer=renderer
+            )
+        configured = self.settings.get("template")
+        self.default_template = (
+            configured
+            if isinstance(configured, str) and configured
+            else DEFAULT_TEMPLATES.get(backend, f"{backend}/job.j2")
+        )
+
+    @property
+    def features(self) -> Features:
+        found = getattr(self.translator, "features", None)
+        return found if isinstance(found, Features) else Features()
+
+    @property
+    def via(self) -> str:
+        if isinstance(self.translator, Renderable):
+            return f"{type(self.translator).__name__}.render_spec"
+        why = f" ({self.load_error})" if self.load_error else " (translator has no render_spec)"
+        return "template + pod_context" + why
+
+    def render(self, pod: ResolvedPod) -> JSON:
+        """``pod.template`` must be set (``Renderer.select`` picks it)."""
+        if isinstance(self.translator, Renderable):
+            return self.translator.render_spec(pod)
+        ctx = pod_context(pod, backend=self.backend, settings=self.settings)
+        spec: JSON = self.renderer.render(pod.template or self.default_template, ctx)
+        return spec
+
+
+def _load_translator(
+    backend: str, *, settings: Mapping[str, Any], node_name: str, renderer: Renderer
+) -> tuple[Any, str]:
+    found = entry_points(group="vkgate.translators", name=backend)
+    if not found:
+        return None, f"no translator registered for {backend!r}"
+    try:
+        factory = next(iter(found)).load()
+        return factory(
+            TranslatorContext(node_name=node_name, settings=settings, renderer=renderer)
+        ), ""
+    except Exception as exc:  # a broken/unconfigured backend must not stop offline rendering
+        log.debug("cannot construct the %s translator offline", backend, exc_info=True)
+        return None, f"translator not loaded: {type(exc).__name__}: {exc}"
+
+
+def render_pod(
+    spec_renderer: SpecRenderer, resolved: ResolvedPod, *, override: str = ""
+) -> tuple[JSON, Any]:
+    """Select the template for ``resolved`` and render it → (spec, TemplateChoice)."""
+    choice = spec_renderer.renderer.select(
+        resolved,
+        backend=spec_renderer.backend,
+        default=spec_renderer.default_template,
+        override=override,
+    )
+    pod = dataclasses.replace(resolved, template=choice.name, team=choice.team)
+    return spec_renderer.render(pod), choice
+
+
+# --------------------------------------------------------------------------- samples
+
+#: A template containing this text (in a comment) is not a pod template: only compiled.
+PARTIAL_MARKER = "vkgate:partial"
+
+
+def _is_partial(renderer: Renderer, name: str) -> bool:
+    env = renderer.current_env
+    try:
+        source = env.loader.get_source(env, name)[0] if env.loader else ""
+    except Exception:
+        return False
+    return PARTIAL_MARKER in source
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    inputs: Inputs
+
+
+def load_samples(folder: Path | None = None) -> list[Sample]:
+    folder = folder or samples_dir()
+    return [
+        Sample(p.stem, parse_inputs(p.read_text(), source=str(p)))
+        for p in sorted(folder.glob("*.yaml"))
+    ]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    template: str
+    sample: str
+    #: "ok", "failed" or "unsupported" (the backend refuses that kind of pod: not a template bug)
+    status: str
+    message: str = ""
+
+
+def check_templates(
+    renderer: Renderer,
+    *,
+    backends: Sequence[str],
+    samples: Sequence[Sample],
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+    names: Sequence[str] | None = None,
+    node_name: str = "vkgate",
+) -> list[CheckResult]:
+    """Render every entry template (of ``names``, default all) for ``backends`` against every
+    sample; also compile every non-entry template so a broken partial is reported."""
+    from translators.base import TranslationError, UnsupportedError
+    from translators.rendering import backend_of, is_entry_template
+
+    results: list[CheckResult] = []
+    all_names = list(names) if names is not None else renderer.list_templates()
+    partials = {n for n in all_names if n.endswith(".j2") and _is_partial(renderer, n)}
+    for name in all_names:
+        if (not is_entry_template(name) or name in partials) and name.endswith(".j2"):
+            try:
+                renderer.check(name)
+            except TranslationError as exc:
+                results.append(CheckResult(name, "-", "failed", str(exc)))
+    spec_renderers: dict[str, SpecRenderer] = {}
+    for name in all_names:
+        backend = backend_of(name)
+        if not is_entry_template(name) or name in partials or backend not in backends:
+            continue
+        if backend not in spec_renderers:
+            spec_renderers[backend] = SpecRenderer(
+                renderer,
+                backend=backend,
+                settings=(settings or {}).get(backend, {}),
+                node_name=node_name,
+            )
+        sr = spec_renderers[backend]
+        team = name.split("/")[1] if name.startswith("teams/") else ""
+        for sample in samples:
+            resolved = resolve(
+                sample.inputs, node_name=node_name, team=team, features=sr.features
+            ).pod
+            pod = dataclasses.replace(resolved, template=name, team=team)
+            try:
+                sr.render(pod)
+            except UnsupportedError as exc:
+                results.append(CheckResult(name, sample.name, "unsupported", str(exc)))
+            except TranslationError as exc:
+                results.append(CheckResult(name, sample.name, "failed", str(exc)))
+            except Exception as exc:  # a translator bug is a failure too, never a crash
+                results.append(
+                    CheckResult(name, sample.name, "failed", f"{type(exc).__name__}: {exc}")
+                )
+            else:
+                results.append(CheckResult(name, sample.name, "ok"))
+    return results

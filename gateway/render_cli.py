@@ -1,0 +1,187 @@
+"""``vkgate render`` and ``vkgate templates check``: see a template's result before deploying it.
+
+Both work offline (no cluster, no backend): the pod comes from a YAML file and is resolved by
+``gateway.offline`` with the agent's own env/volume rules.
+
+``vkgate render POD.yaml [--backend B] [--team T] [--template NAME] [--explain]
+[--show-secrets] [-c vkgate.toml]`` prints the backend request body exactly as ``create`` would
+send it (indented JSON on stdout; secrets masked as ``*****`` unless ``--show-secrets``).
+``--explain`` writes the lookup trace (team, annotation, team template, default, source file)
+and resolution notes to stderr, so stdout stays the spec.  Exit status: 0 rendered, 1 the
+template/schema/pod failed (the message names ``template:line`` and the field), 2 usage.
+
+``vkgate templates check [DIR] [--backend B]`` renders every entry template — packaged and
+those in DIR (same layout: ``nomad/job.j2``, ``teams/<team>/nomad/job.j2``; ``_*`` files are
+partials) — against the sample pods in ``templates/samples`` and prints one line per failure and
+a summary.  Exit 1 on any failure, so a team can run it in CI on its template repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from gateway import config as cfg
+from gateway.offline import (
+    OfflineError,
+    SpecRenderer,
+    check_templates,
+    load_samples,
+    parse_inputs,
+    render_pod,
+    resolve,
+)
+from translators.base import TranslationError, TranslatorError, UnsupportedError
+from translators.rendering import BACKENDS, Renderer, mask_secrets
+
+
+def renderer_for(settings: cfg.Settings, *, extra_dirs: list[str] | None = None) -> Renderer:
+    """A renderer configured like the agent's, without the ConfigMap overlay."""
+    t = settings.templates
+    return Renderer(
+        extra_dirs=[*(extra_dirs or []), *t.dirs],
+        allowed=t.allowed,
+        teams=t.teams,
+        defaults=t.default,
+    )
+
+
+def _settings(path: str | None) -> cfg.Settings:
+    path = path or os.environ.get("VKGATE_CONFIG") or None
+    return cfg.load(path)
+
+
+def render_main(
+    args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        settings = _settings(getattr(args, "config", None))
+    except cfg.ConfigError as exc:
+        print(f"vkgate: config error: {exc}", file=err)
+        return 2
+    backend = args.backend or settings.backend.kind
+    if backend not in BACKENDS:
+        print(
+            f"vkgate render: backend {backend!r} has no templates; pass --backend "
+            f"{'|'.join(BACKENDS)} (or set backend.kind)",
+            file=err,
+        )
+        return 2
+    try:
+        text = Path(args.pod).read_text() if args.pod != "-" else sys.stdin.read()
+        inputs = parse_inputs(text, source=args.pod)
+    except (OSError, OfflineError) as exc:
+        print(f"vkgate render: {exc}", file=err)
+        return 1
+    extra = [args.templates_dir] if getattr(args, "templates_dir", None) else []
+    renderer = renderer_for(settings, extra_dirs=extra)
+    table = getattr(settings.backend, backend)
+    spec_renderer = SpecRenderer(
+        renderer, backend=backend, settings=table, node_name=settings.node.name
+    )
+    resolved = resolve(
+        inputs, node_name=settings.node.name, team=args.team or "", features=spec_renderer.features
+    )
+    try:
+        spec, choice = render_pod(spec_renderer, resolved.pod, override=args.template or "")
+    except (TranslationError, UnsupportedError) as exc:
+        if args.explain:
+            _print_explain(
+                err,
+                source=inputs.source,
+                backend=backend,
+                sr=spec_renderer,
+                notes=resolved.notes,
+                errors=resolved.errors,
+                choice=None,
+            )
+        print(f"vkgate render: {_describe_error(exc)}", file=err)
+        return 1
+    except TranslatorError as exc:
+        print(f"vkgate render: {type(exc).__name__}: {exc}", file=err)
+        return 1
+    if args.team:
+        resolved.notes.insert(0, f"team {args.team!r} given by --team")
+    if args.explain:
+        _print_explain(
+            err,
+            source=inputs.source,
+            backend=backend,
+            sr=spec_renderer,
+            notes=resolved.notes,
+            errors=resolved.errors,
+            choice=choice,
+        )
+    if not args.show_secrets:
+        spec = mask_secrets(spec, resolved.pod)
+    json.dump(spec, out, indent=2, ensure_ascii=False)
+    out.write("\n")
+    return 0
+
+
+def _describe_error(exc: TranslatorError) -> str:
+    text = str(exc)
+    field = getattr(exc, "field", "")
+    return f"{text} (field {field})" if field and field not in text else text
+
+
+def _print_explain(
+    err: TextIO,
+    *,
+    source: str,
+    backend: str,
+    sr: SpecRenderer,
+    notes: list[str],
+    errors: list[str],
+    choice: Any,
+) -> None:
+    lines = [f"pod file: {source}", f"backend: {backend}; rendered by {sr.via}"]
+    if choice is not None:
+        lines.append("lookup order:")
+        lines.extend(f"  {step}" for step in choice.steps)
+        lines.append(f"template: {choice.name} (from {choice.origin or 'unknown'})")
+    lines.append("template sources, first match wins:")
+    lines.append("  - ConfigMaps labelled vkgate.io/templates=true (live agent only; none offline)")
+    lines.extend(f"  - {d}" for d in sr.renderer.dirs)
+    lines.extend(f"note: {n}" for n in notes)
+    lines.extend(f"warning: the live agent would not start this pod: {e}" for e in errors)
+    for line in lines:
+        print(f"# {line}", file=err)
+
+
+def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    backends = [args.backend] if getattr(args, "backend", None) else list(BACKENDS)
+    directory = getattr(args, "dir", None)
+    if directory and not Path(directory).is_dir():
+        print(f"vkgate templates check: {directory}: not a directory", file=out)
+        return 2
+    try:
+        settings = _settings(getattr(args, "config", None))
+    except cfg.ConfigError as exc:
+        print(f"vkgate: config error: {exc}", file=out)
+        return 2
+    renderer = renderer_for(settings, extra_dirs=[directory] if directory else [])
+    samples = load_samples()
+    tables = {b: getattr(settings.backend, b) for b in BACKENDS}
+    results = check_templates(
+        renderer, backends=backends, samples=samples, settings=tables, node_name=settings.node.name
+    )
+    failed = [r for r in results if r.status == "failed"]
+    unsupported = [r for r in results if r.status == "unsupported"]
+    ok = [r for r in results if r.status == "ok"]
+    for r in failed:
+        print(f"FAIL {r.template} [{r.sample}]: {r.message}", file=out)
+    templates_seen = sorted({r.template for r in results})
+    print(
+        f"{len(templates_seen)} template(s), {len(samples)} sample pod(s): {len(ok)} ok, "
+        f"{len(failed)} failed, {len(unsupported)} unsupported by the backend",
+        file=out,
+    )
+    return 1 if failed else 0
