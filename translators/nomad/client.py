@@ -1,0 +1,280 @@
+"""Async HTTP client for the Nomad API: TLS, auth, namespaces, retries, blocking queries, streams.
+
+Why not python-nomad: it is synchronous, defaults to ``verify=False``, has no blocking queries,
+buffers ``follow`` logs and has no exec.  This client is a thin layer over ``httpx`` that
+owns exactly four concerns:
+
+* **connection policy** — one ``httpx.AsyncClient`` with TLS verified by default (CA bundle,
+  mTLS client cert, explicit ``skip_verify``), connect/read timeouts and a pool below Nomad's
+  100-connections-per-IP limit;
+* **identity** — ``X-Nomad-Token`` and the ``namespace``/``region`` query parameters on every
+  call;
+* **retries as data** — ``RetryPolicy.backoff`` is the tuple of delays; 429/5xx/connection
+  errors are retried, ``Retry-After`` is honoured (the longer of the two wins), everything
+  else fails at once.  Sleeping goes through an injectable ``sleep`` so tests never wait;
+* **errors** — every failure passes through ``errors.error_for_status`` /
+  ``error_for_transport`` (the one mapping).
+
+The transport is a seam: pass ``transport=`` (respx, ``httpx.MockTransport``, a fake) and the
+same code runs without a network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from translators.base import BackendError, BackendThrottled, BackendUnavailable
+from translators.nomad.config import NomadConfig
+from translators.nomad.errors import error_for_status, error_for_transport
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+Params = Mapping[str, str | int | bool | list[str] | None]
+Query = list[tuple[str, str | int | float | bool | None]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Which failures are retried and how long to wait before each retry."""
+
+    backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
+    #: Upper bound of any single wait, including a server's Retry-After.
+    max_delay: float = 60.0
+
+    def delay(self, attempt: int, error: BackendError) -> float | None:
+        """Seconds to wait before retry number ``attempt`` (0-based), None = give up."""
+        if attempt >= len(self.backoff) or not isinstance(
+            error, BackendThrottled | BackendUnavailable
+        ):
+            return None
+        wait = self.backoff[attempt]
+        if isinstance(error, BackendThrottled) and error.retry_after is not None:
+            wait = max(wait, error.retry_after)
+        return min(wait, self.max_delay)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A decoded answer: JSON body plus Nomad's ``X-Nomad-Index`` (0 when absent)."""
+
+    data: Any
+    index: int
+    headers: httpx.Headers
+
+
+def ssl_context(config: NomadConfig) -> ssl.SSLContext | bool:
+    """TLS settings for both httpx and the exec WebSocket.  Verified unless ``skip_verify``."""
+    if not config.address.startswith("https://") and not config.ca_cert:
+        return True
+    if config.skip_verify:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    else:
+        ctx = ssl.create_default_context(cafile=config.ca_cert or None)
+    if config.client_cert:
+        ctx.load_cert_chain(config.client_cert, config.client_key or None)
+    return ctx
+
+
+class NomadClient:
+    """One connection pool to one Nomad address.  Close with ``aclose()``."""
+
+    def __init__(
+        self,
+        config: NomadConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep = asyncio.sleep,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.config = config
+        self.retry = retry or RetryPolicy(backoff=config.retry_backoff)
+        self._sleep = sleep
+        self.ssl: ssl.SSLContext | bool = True if transport is not None else ssl_context(config)
+        headers = {"User-Agent": "vkgate"}
+        if config.token:
+            headers["X-Nomad-Token"] = config.token
+        limits = httpx.Limits(
+            max_connections=config.max_connections,
+            max_keepalive_connections=min(10, config.max_connections),
+        )
+        timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
+        self.http = httpx.AsyncClient(
+            base_url=config.address,
+            headers=headers,
+            timeout=timeout,
+            limits=limits,
+            verify=self.ssl,
+            transport=transport,
+            trust_env=False,
+        )
+        self._extensions: dict[str, Any] = (
+            {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def params(
+        self,
+        params: Params | None = None,
+        *,
+        namespace: str | None = None,
+        region: str | None = None,
+    ) -> Query:
+        """Query parameters with namespace/region added (lists repeat the key)."""
+        out: Query = []
+        ns = self.config.namespace if namespace is None else namespace
+        reg = self.config.region if region is None else region
+        if ns:
+            out.append(("namespace", ns))
+        if reg:
+            out.append(("region", reg))
+        for k, v in (params or {}).items():
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                out.append((k, "true" if v else "false"))
+            elif isinstance(v, list):
+                out.extend((k, str(item)) for item in v)
+            else:
+                out.append((k, str(v)))
+        return out
+
+    def url(self, path: str, params: Query) -> str:
+        """Absolute URL (for the WebSocket client, which does not go through httpx)."""
+        query = urllib.parse.urlencode(params)
+        return f"{self.config.address}/v1{path}" + (f"?{query}" if query else "")
+
+    async def _with_retries(self, what: str, call: Callable[[], Awaitable[Reply]]) -> Reply:
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except BackendError as err:
+                delay = self.retry.delay(attempt, err)
+                if delay is None:
+                    raise
+                log.debug("nomad %s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
+                attempt += 1
+                await self._sleep(delay)
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        params: Query,
+        body: Any,
+        read_timeout: float | None,
+    ) -> Reply:
+        what = f"{method} {path}"
+        try:
+            resp = await self.http.request(
+                method,
+                "/v1" + path,
+                params=params,
+                json=body,
+                timeout=(
+                    httpx.USE_CLIENT_DEFAULT
+                    if read_timeout is None
+                    else httpx.Timeout(read_timeout, connect=self.config.connect_timeout)
+                ),
+                extensions=self._extensions,
+            )
+        except httpx.HTTPError as exc:
+            raise error_for_transport(exc, what=what) from exc
+        if resp.status_code >= 300:
+            raise error_for_status(
+                resp.status_code, resp.text, what=what, retry_after=resp.headers.get("Retry-After")
+            )
+        data: Any = None
+        if resp.content:
+            try:
+                data = resp.json()
+            except ValueError as exc:
+                raise BackendUnavailable(f"nomad {what}: invalid JSON in response") from exc
+        try:
+            index = int(resp.headers.get("X-Nomad-Index", "0"))
+        except ValueError:
+            index = 0
+        return Reply(data=data, index=index, headers=resp.headers)
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: Any = None,
+        namespace: str | None = None,
+        region: str | None = None,
+        read_timeout: float | None = None,
+    ) -> Reply:
+        """One API call with retries; ``path`` is relative to ``/v1``."""
+        q = self.params(params, namespace=namespace, region=region)
+        return await self._with_retries(
+            f"{method} {path}", lambda: self._once(method, path, q, body, read_timeout)
+        )
+
+    async def get(self, path: str, **kw: Any) -> Any:
+        return (await self.call("GET", path, **kw)).data
+
+    async def blocking_get(
+        self, path: str, *, index: int, wait: float, params: Params | None = None, **kw: Any
+    ) -> Reply:
+        """A blocking query: returns when ``X-Nomad-Index`` passes ``index`` or ``wait`` ends."""
+        p = dict(params or {})
+        if index > 0:
+            p["index"] = index
+            p["wait"] = f"{int(wait * 1000)}ms"
+        # the read timeout must outlast the server's wait (+ its jitter of up to wait/16)
+        return await self.call("GET", path, params=p, read_timeout=wait + wait / 16 + 10, **kw)
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        params: Params | None = None,
+        namespace: str | None = None,
+        region: str | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """Open a long-lived GET (event stream, logs); errors on open are mapped, not retried."""
+        what = f"GET {path}"
+        q = self.params(params, namespace=namespace, region=region)
+        timeout = httpx.Timeout(
+            self.config.timeout if read_timeout is None else read_timeout,
+            connect=self.config.connect_timeout,
+        )
+        req = self.http.build_request(
+            "GET", "/v1" + path, params=q, timeout=timeout, extensions=self._extensions
+        )
+        try:
+            resp = await self.http.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise error_for_transport(exc, what=what) from exc
+        try:
+            if resp.status_code >= 300:
+                text = (await resp.aread()).decode("utf-8", errors="replace")
+                raise error_for_status(
+                    resp.status_code, text, what=what, retry_after=resp.headers.get("Retry-After")
+                )
+            yield resp
+        finally:
+            await resp.aclose()

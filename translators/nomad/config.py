@@ -1,0 +1,237 @@
+"""Settings of the Nomad backend: the ``[backend.nomad]`` table merged over ``NOMAD_*`` env.
+
+Precedence is *table > environment > default*: the Nomad CLI's own variables (``NOMAD_ADDR``,
+``NOMAD_TOKEN``, ``NOMAD_NAMESPACE``, ``NOMAD_REGION``, ``NOMAD_CACERT``,
+``NOMAD_CLIENT_CERT``, ``NOMAD_CLIENT_KEY``, ``NOMAD_SKIP_VERIFY``) work out of the box, and
+an explicit vkgate.toml value always wins over whatever the shell happens to export.
+
+Every key is validated here and a bad one raises ``TranslationError(field="backend.nomad.<key>")``
+so ``vkgate config check`` and the agent's start-up can name it.  The gateway's settings module
+treats backend tables as free-form; this dataclass is their schema.
+
+Per-pod overrides (annotations ``vkgate.io/nomad-namespace``, ``-region``, ``-datacenters``,
+``-priority``, ``-node-pool``) are read in ``jobs.py``.  Namespace and region overrides must
+name a value listed in ``namespaces`` / ``regions``: letting any Kubernetes user pick an
+arbitrary Nomad namespace would turn a pod annotation into a privilege, and the backstop list
+and the event stream must know every namespace/region they have to watch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from translators.base import TranslationError
+from translators.quantity import cpu_millis, parse_quantity
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+ENV_KEYS = {
+    "address": "NOMAD_ADDR",
+    "token": "NOMAD_TOKEN",
+    "namespace": "NOMAD_NAMESPACE",
+    "region": "NOMAD_REGION",
+    "ca_cert": "NOMAD_CACERT",
+    "client_cert": "NOMAD_CLIENT_CERT",
+    "client_key": "NOMAD_CLIENT_KEY",
+    "skip_verify": "NOMAD_SKIP_VERIFY",
+}
+
+
+def parse_duration(value: Any, *, key: str) -> float:
+    """``"15s"``, ``"5m"``, ``"250ms"``, ``2`` (seconds) → seconds."""
+    if isinstance(value, bool):
+        raise TranslationError(f"{key}: expected a duration, got {value!r}", field=key)
+    if isinstance(value, int | float):
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise TranslationError(
+            f"{key}: expected a duration like 15s, 5m, 250ms; got {value!r}", field=key
+        )
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+@dataclass(frozen=True)
+class NomadConfig:
+    """The validated ``[backend.nomad]`` table."""
+
+    address: str = "http://127.0.0.1:4646"
+    """Nomad HTTP API address (NOMAD_ADDR)."""
+    token: str = field(default="", repr=False)
+    """ACL token sent as X-Nomad-Token (NOMAD_TOKEN); never logged."""
+    namespace: str = "default"
+    """Nomad namespace for jobs (NOMAD_NAMESPACE)."""
+    region: str = ""
+    """Nomad region; empty = the agent's region (NOMAD_REGION)."""
+    ca_cert: str = ""
+    """CA bundle (PEM) to verify the Nomad server (NOMAD_CACERT)."""
+    client_cert: str = ""
+    """Client certificate for mTLS (NOMAD_CLIENT_CERT)."""
+    client_key: str = ""
+    """Client key for mTLS (NOMAD_CLIENT_KEY)."""
+    skip_verify: bool = False
+    """Do not verify the server certificate (NOMAD_SKIP_VERIFY). Never in production."""
+    tls_server_name: str = ""
+    """Server name to verify instead of the address host."""
+    datacenters: tuple[str, ...] = ("*",)
+    """Job datacenters; also filters the nodes that make up capacity ("*" = all)."""
+    node_pool: str = ""
+    """Job node pool; also filters capacity. Empty: Nomad's default pool for jobs, all pools
+    for capacity."""
+    namespaces: tuple[str, ...] = ()
+    """Extra namespaces a pod may pick with the vkgate.io/nomad-namespace annotation."""
+    regions: tuple[str, ...] = ()
+    """Extra regions a pod may pick with the vkgate.io/nomad-region annotation."""
+    mhz_per_core: float = 0.0
+    """F, MHz per Kubernetes core. 0: Σ CpuShares ÷ Σ cores of the eligible nodes, else 1000."""
+    priority: int = 50
+    """Job priority (1..100)."""
+    template: str = "nomad/job.j2"
+    """Job template (nomad/job.j2 = docker, nomad/raw_exec.j2 = raw_exec)."""
+    default_cpu: str = "100m"
+    """CPU for a container without requests/limits (Kubernetes quantity)."""
+    default_memory: str = "300Mi"
+    """Memory for a container without requests/limits (Kubernetes quantity)."""
+    pods: int = 110
+    """Pod capacity of the virtual node (Nomad has no pod limit)."""
+    job_prefix: str = ""
+    """Prefix of every job ID (e.g. "k8s-"), handy to tell vkgate's jobs apart in the UI."""
+    restart_attempts: int = 2
+    """Restarts per restart_interval (Always/OnFailure)."""
+    restart_interval: float = 1800.0
+    """Window of restart_attempts (seconds or "30m")."""
+    restart_delay: float = 15.0
+    """Delay before a restart (seconds or "15s")."""
+    timeout: float = 30.0
+    """Timeout of one ordinary HTTP call, seconds."""
+    connect_timeout: float = 5.0
+    """TCP/TLS connect timeout, seconds."""
+    max_connections: int = 32
+    """Connection pool size (Nomad allows 100 per client IP; streams hold one each)."""
+    retry_backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
+    """Delays between retries of a 429/5xx/connection error; its length = number of retries."""
+    blocking_wait: float = 60.0
+    """Wait of a blocking query (list backstop), seconds."""
+    stream_idle_timeout: float = 35.0
+    """Reconnect the event stream when nothing (not even a heartbeat) arrived for this long."""
+    backstop_interval: float = 10.0
+    """Least seconds between two backstop resyncs (blocking allocation list) of the notifier."""
+    purge_timeout: float = 300.0
+    """After a delete, purge the stopped job once its allocations ended, or after this long."""
+
+    @property
+    def all_namespaces(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.namespace, *self.namespaces)))
+
+    @property
+    def all_regions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.region, *self.regions)))
+
+    @classmethod
+    def from_settings(
+        cls, table: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+    ) -> NomadConfig:
+        """Validate ``[backend.nomad]``; unknown keys are an error that lists the known ones."""
+        env = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        for key, var in ENV_KEYS.items():
+            if env.get(var):
+                raw[key] = env[var]
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key, value in (table or {}).items():
+            if key not in known:
+                raise _bad(key, f"unknown setting (known: {', '.join(sorted(known))})")
+            raw[key] = value
+        cfg = cls(**{k: _coerce(k, v) for k, v in raw.items()})
+        if cfg.restart_interval < 5:
+            raise _bad("restart_interval", "must be at least 5s (Nomad's minimum)")
+        if cfg.restart_attempts * cfg.restart_delay > cfg.restart_interval:
+            raise _bad(
+                "restart_interval",
+                "restart_attempts x restart_delay must fit into restart_interval (Nomad rule)",
+            )
+        return cfg
+
+
+def _key(k: str) -> str:
+    return f"backend.nomad.{k}"
+
+
+def _bad(key: str, message: str) -> TranslationError:
+    return TranslationError(f"{_key(key)}: {message}", field=_key(key))
+
+
+def _str_list(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _bad(key, f"expected a list of strings, got {value!r}")
+    return tuple(v for v in value if v)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    try:
+        if key in {"datacenters", "namespaces", "regions"}:
+            out = _str_list(key, value)
+            if key == "datacenters" and not out:
+                out = ("*",)
+            return out
+        if key in {"skip_verify"}:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in {"1", "true", "yes", "on", "0", "false", "no", "off", ""}:
+                return str(value).lower() in {"1", "true", "yes", "on"}
+            raise _bad(key, f"expected true or false, got {value!r}")
+        if key in {"priority", "pods", "restart_attempts", "max_connections"}:
+            if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
+                raise _bad(key, f"expected an integer, got {value!r}")
+            n = int(value)
+            if key == "priority" and not 1 <= n <= 100:
+                raise _bad(key, f"must be in 1..100, got {n}")
+            if key == "max_connections" and not 1 <= n < 100:
+                raise _bad(key, f"must be in 1..99 (Nomad allows 100 per client IP), got {n}")
+            if n < 0:
+                raise _bad(key, f"must not be negative, got {n}")
+            return n
+        if key == "mhz_per_core":
+            f = float(value)
+            if f < 0 or math.isnan(f):
+                raise _bad(key, f"must be >= 0, got {value!r}")
+            return f
+        if key in {
+            "restart_interval",
+            "restart_delay",
+            "timeout",
+            "connect_timeout",
+            "blocking_wait",
+            "stream_idle_timeout",
+            "purge_timeout",
+            "backstop_interval",
+        }:
+            return parse_duration(value, key=_key(key))
+        if key == "retry_backoff":
+            if not isinstance(value, list | tuple):
+                raise _bad(key, f"expected a list of seconds, got {value!r}")
+            return tuple(parse_duration(v, key=_key(key)) for v in value)
+        if key == "default_cpu":
+            cpu_millis(value)
+            return str(value)
+        if key == "default_memory":
+            parse_quantity(value)
+            return str(value)
+        if not isinstance(value, str):
+            raise _bad(key, f"expected a string, got {value!r}")
+        if key == "address":
+            if not re.match(r"^https?://", value):
+                raise _bad(key, f"expected http(s)://host:port, got {value!r}")
+            return value.rstrip("/")
+        return value
+    except ValueError as exc:
+        raise _bad(key, str(exc)) from None

@@ -1,0 +1,541 @@
+"""Pod → Nomad job: identity, the numbers a template needs, rendering, and the safety checks.
+
+The job itself is written by a template (``templates/nomad/job.j2``, or ``raw_exec.j2`` which
+extends it) because that is what operators edit.  Everything that is arithmetic or policy and
+therefore deserves unit tests is computed here and handed to the template as
+``backend_info``: the job ID, MHz and MiB, port labels, constraints, restart policy, template
+blocks for volume files.  After rendering, ``render_job`` re-asserts what a template must not
+break: the job ID, the ownership ``Meta`` and that no secret value ended up in ``Meta``.
+
+Identity
+    ``ID = <job_prefix><namespace>-<name>-<uid[:8]>``.  The UID suffix is always added: a pod
+    deleted and re-created under the same name (StatefulSets do this) must not collide with
+    the old job that may still be stopping, and ``a-b``/``c`` vs ``a``/``b-c`` would collide
+    without it.  IDs over 128 characters are cut and get a hash of the full pod key instead.
+    ``Meta`` carries ``vkgate.io/owner=vkgate``, ``vkgate.node``, ``k8s.namespace``,
+    ``k8s.name``, ``k8s.uid`` (and the container names by role, for status mapping); only jobs
+    whose owner *and* node match are ever listed, adopted or deleted.
+
+restartPolicy (issue 4 wins over nomad.md §7 for OnFailure, which suggested mode "delay")
+    ============  =========  ==========================================================
+    Always        service    restart {Attempts: restart_attempts, Mode: delay} — never gives up
+    OnFailure     batch      restart {Attempts: restart_attempts, Mode: fail}, no reschedule
+    Never         batch      restart {Attempts: 0, Mode: fail}, no reschedule
+    ============  =========  ==========================================================
+
+CPU and memory (F = MHz per Kubernetes core, see ``capacity.mhz_per_core``)
+    ``CPU`` MHz = ceil(request millicores * F ÷ 1000), at least 1; the request is the limit when
+    only a limit is set, else ``default_cpu``.  Nomad's CPU is a share, so CPU limits have no
+    separate field.  ``MemoryMB`` = ceil(request bytes ÷ 2²⁰), at least 10 (default
+    ``default_memory``); a memory limit above the request becomes ``MemoryMaxMB`` (Nomad only
+    honours it with memory oversubscription enabled; it says so in the register warnings,
+    which become Warning events).  Extended resources ``<vendor>.<tld>/<type>`` (e.g.
+    ``nvidia.com/gpu``) become ``Devices: [{Name: "<vendor>/<type>", Count}]``;
+    ``ephemeral-storage`` requests sum into the group's ``EphemeralDisk.SizeMB``.
+
+nodeSelector → constraints (operand ``=``); keys not in this map were already satisfied by
+Kubernetes scheduling the pod onto the virtual node and are not forwarded:
+    ================================  =====================
+    kubernetes.io/arch                ``${attr.cpu.arch}``
+    kubernetes.io/os                  ``${attr.kernel.name}``
+    node.kubernetes.io/instance-type  ``${node.class}``
+    topology.kubernetes.io/zone       ``${node.datacenter}``
+    topology.kubernetes.io/region     ``${node.region}``
+    meta.nomad.vkgate.io/<key>        ``${meta.<key>}``
+    attr.nomad.vkgate.io/<key>        ``${attr.<key>}``
+    ================================  =====================
+
+Volumes: ConfigMap, Secret, projected and downwardAPI files become task ``Templates`` with the
+content embedded (``EmbeddedTmpl``, delimiters chosen so they never occur in the content;
+non-UTF-8 files go through ``base64Decode``), written under ``local/vkgate/<volume>/`` or,
+for secrets, the in-memory ``secrets/vkgate/<volume>/``; the docker template bind-mounts that
+directory at ``mountPath``.  ``emptyDir`` is a directory in the shared alloc dir
+(``../alloc/data/vkgate/<volume>``) mounted into every container that uses it.  Secret
+values may appear in ``Env``/``Templates`` (readable with Nomad's ``read-job``) but never in
+``Meta``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from translators.base import (
+    OWNER_KEY,
+    OWNER_VALUE,
+    ResolvedContainer,
+    ResolvedPod,
+    ResolvedVolume,
+    TranslationError,
+    UnsupportedError,
+)
+from translators.nomad.config import NomadConfig
+from translators.quantity import cpu_millis, parse_quantity
+from translators.rendering import pod_context
+
+NS = 1_000_000_000
+MAX_ID = 128
+GROUP = "pod"
+ANNOTATION = "vkgate.io/nomad-"
+
+META_NODE = "vkgate.node"
+META_NAMESPACE = "k8s.namespace"
+META_NAME = "k8s.name"
+META_UID = "k8s.uid"
+#: Comma-separated task names by role, so status mapping works from allocations alone.
+META_CONTAINERS = "vkgate.containers"
+META_INIT = "vkgate.init_containers"
+META_SIDECARS = "vkgate.sidecars"
+
+SELECTOR_MAP = {
+    "kubernetes.io/arch": "${attr.cpu.arch}",
+    "kubernetes.io/os": "${attr.kernel.name}",
+    "node.kubernetes.io/instance-type": "${node.class}",
+    "topology.kubernetes.io/zone": "${node.datacenter}",
+    "topology.kubernetes.io/region": "${node.region}",
+}
+META_SELECTOR = "meta.nomad.vkgate.io/"
+ATTR_SELECTOR = "attr.nomad.vkgate.io/"
+
+FILE_VOLUMES = frozenset({"configMap", "secret", "projected", "downwardAPI"})
+_BUILTIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "storage"})
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def job_id(namespace: str, name: str, uid: str, *, prefix: str = "") -> str:
+    """``<prefix><ns>-<name>-<uid8>``, only ``[A-Za-z0-9._-]``, at most 128 characters."""
+    suffix = "-" + re.sub(r"[^A-Za-z0-9]", "", uid)[:8]
+    base = re.sub(r"[^A-Za-z0-9._-]", "-", f"{prefix}{namespace}-{name}")
+    if len(base) + len(suffix) > MAX_ID:
+        digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
+        base = base[: MAX_ID - len(suffix) - len(digest) - 1] + "-" + digest
+    return base + suffix
+
+
+def ownership_meta(namespace: str, name: str, uid: str, node: str) -> dict[str, str]:
+    return {
+        OWNER_KEY: OWNER_VALUE,
+        META_NODE: node,
+        META_NAMESPACE: namespace,
+        META_NAME: name,
+        META_UID: uid,
+    }
+
+
+def is_owned(meta: Mapping[str, Any] | None, node: str) -> bool:
+    """True for jobs this node created (owner marker *and* node name match)."""
+    return bool(meta) and meta.get(OWNER_KEY) == OWNER_VALUE and meta.get(META_NODE) == node  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def mhz(cpu_quantity: str | int | float, factor: float) -> int:
+    """Kubernetes CPU → Nomad MHz: ceil(millicores * F ÷ 1000), minimum 1."""
+    return max(1, math.ceil(cpu_millis(cpu_quantity) * Fraction(str(factor)) / 1000))
+
+
+def mebibytes(quantity: str | int | float, *, minimum: int = 10) -> int:
+    """Bytes → MiB rounded up, with Nomad's minimum of 10 for MemoryMB."""
+    return max(minimum, math.ceil(parse_quantity(quantity) / 2**20))
+
+
+def device_name(resource: str) -> str | None:
+    """``nvidia.com/gpu`` → ``nvidia/gpu``; None for built-in resources."""
+    if resource in _BUILTIN_RESOURCES or resource.startswith("hugepages-"):
+        return None
+    if "/" not in resource:
+        return None
+    domain, kind = resource.split("/", 1)
+    return f"{domain.split('.')[0]}/{kind}"
+
+
+def task_resources(c: ResolvedContainer, *, factor: float, cfg: NomadConfig) -> dict[str, Any]:
+    res = c.spec.get("resources", {}) or {}
+    req: Mapping[str, Any] = res.get("requests", {}) or {}
+    lim: Mapping[str, Any] = res.get("limits", {}) or {}
+    where = f"spec.containers[{c.name}].resources"
+    try:
+        cpu = req.get("cpu") or lim.get("cpu") or cfg.default_cpu
+        mem = req.get("memory") or lim.get("memory") or cfg.default_memory
+        out: dict[str, Any] = {"CPU": mhz(cpu, factor), "MemoryMB": mebibytes(mem)}
+        if lim.get("memory"):
+            limit_mb = mebibytes(lim["memory"])
+            if limit_mb > out["MemoryMB"]:
+                out["MemoryMaxMB"] = limit_mb
+        devices = []
+        for name in sorted({*req, *lim}):
+            dev = device_name(name)
+            if dev is None:
+                continue
+            count = math.ceil(parse_quantity(lim.get(name) or req.get(name) or 0))
+            if count > 0:
+                devices.append({"Name": dev, "Count": count})
+    except ValueError as exc:
+        raise TranslationError(str(exc), field=where) from None
+    if devices:
+        out["Devices"] = devices
+    return out
+
+
+def ephemeral_disk_mb(containers: Iterable[ResolvedContainer]) -> int:
+    total = Fraction(0)
+    for c in containers:
+        req = (c.spec.get("resources", {}) or {}).get("requests", {}) or {}
+        if req.get("ephemeral-storage"):
+            total += parse_quantity(req["ephemeral-storage"])
+    return math.ceil(total / 2**20) if total else 0
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def port_label(port: Mapping[str, Any], taken: set[str]) -> str:
+    """Port name sanitized to ``[A-Za-z0-9_]`` (else ``p<port>``), unique in the group."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(port.get("name") or ""))
+    label = name or f"p{port.get('containerPort')}"
+    unique, n = label, 2
+    while unique in taken:
+        unique, n = f"{label}_{n}", n + 1
+    taken.add(unique)
+    return unique
+
+
+def networks(
+    containers: Sequence[ResolvedContainer],
+) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """Group ``Networks`` and the port labels each task exposes."""
+    dynamic: list[dict[str, Any]] = []
+    reserved: list[dict[str, Any]] = []
+    labels: dict[str, list[str]] = {}
+    taken: set[str] = set()
+    for c in containers:
+        for p in c.spec.get("ports", []) or []:
+            if not p.get("containerPort"):
+                continue
+            label = port_label(p, taken)
+            labels.setdefault(c.name, []).append(label)
+            entry: dict[str, Any] = {"Label": label, "To": int(p["containerPort"])}
+            if p.get("hostPort"):
+                reserved.append({"Label": label, "Value": int(p["hostPort"]), "To": entry["To"]})
+            else:
+                dynamic.append(entry)
+    if not dynamic and not reserved:
+        return [], labels
+    net: dict[str, Any] = {"Mode": "host"}
+    if dynamic:
+        net["DynamicPorts"] = dynamic
+    if reserved:
+        net["ReservedPorts"] = reserved
+    return [net], labels
+
+
+# --------------------------------------------------------------------------- constraints
+
+
+def constraints(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
+    out = []
+    for key in sorted(node_selector):
+        value = str(node_selector[key])
+        if key in SELECTOR_MAP:
+            target = SELECTOR_MAP[key]
+        elif key.startswith(META_SELECTOR) and len(key) > len(META_SELECTOR):
+            target = "${meta." + key[len(META_SELECTOR) :] + "}"
+        elif key.startswith(ATTR_SELECTOR) and len(key) > len(ATTR_SELECTOR):
+            target = "${attr." + key[len(ATTR_SELECTOR) :] + "}"
+        else:
+            continue
+        out.append({"LTarget": target, "RTarget": value, "Operand": "="})
+    return out
+
+
+# --------------------------------------------------------------------------- volumes
+
+
+def delimiters(content: str) -> tuple[str, str]:
+    """Template delimiters that do not occur in ``content`` (so nothing in it is evaluated)."""
+    n = 0
+    while True:
+        left, right = f"[[vkgate{n or ''}", f"vkgate{n or ''}]]"
+        if left not in content and right not in content:
+            return left, right
+        n += 1
+
+
+def _template(
+    vol: ResolvedVolume, path: str, content: bytes, mode: int, dest: str
+) -> dict[str, Any]:
+    try:
+        text = content.decode("utf-8")
+        binary = False
+    except UnicodeDecodeError:
+        binary = True
+        text = ""
+    if binary:
+        import base64
+
+        left, right = "[[vkgate", "vkgate]]"
+        body = f'{left} base64Decode "{base64.b64encode(content).decode()}" {right}'
+    else:
+        left, right = delimiters(text)
+        body = text
+    return {
+        "EmbeddedTmpl": body,
+        "DestPath": dest,
+        "ChangeMode": "noop",
+        "Perms": f"{mode:04o}",
+        "LeftDelim": left,
+        "RightDelim": right,
+    }
+
+
+def volume_root(vol: ResolvedVolume) -> str:
+    if vol.kind == "emptyDir":
+        return f"../alloc/data/vkgate/{vol.name}"
+    secret = vol.kind == "secret" or any(f.secret for f in vol.files)
+    return f"{'secrets' if secret else 'local'}/vkgate/{vol.name}"
+
+
+def task_volumes(
+    c: ResolvedContainer, volumes: Mapping[str, ResolvedVolume]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """(Nomad ``Templates`` for the files, docker ``volumes`` bind strings) of one container."""
+    templates: list[dict[str, Any]] = []
+    binds: list[str] = []
+    written: set[str] = set()
+    for m in c.mounts:
+        vol = volumes.get(m.volume)
+        if vol is None:
+            raise TranslationError(
+                f"volume {m.volume!r} is mounted but not defined",
+                field=f"spec.containers[{c.name}].volumeMounts",
+            )
+        if vol.kind not in FILE_VOLUMES and vol.kind != "emptyDir":
+            raise UnsupportedError(
+                f"volume {vol.name!r} of kind {vol.kind} is not supported by the Nomad backend",
+                reason="UnsupportedVolume",
+                field=f"spec.volumes[{vol.name}]",
+            )
+        root = volume_root(vol)
+        if vol.kind in FILE_VOLUMES:
+            for f in vol.files:
+                if m.sub_path and f.path != m.sub_path:
+                    continue
+                dest = f"{root}/{f.path}"
+                if dest not in written:
+                    written.add(dest)
+                    templates.append(_template(vol, f.path, f.content, f.mode, dest))
+        src = f"{root}/{m.sub_path}" if m.sub_path else root
+        binds.append(f"{src}:{m.mount_path}" + (":ro" if m.read_only else ""))
+    return templates, binds
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def restart_policy(
+    policy: str, cfg: NomadConfig
+) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """(job Type, group RestartPolicy, group ReschedulePolicy or None for Nomad's default)."""
+    interval = int(cfg.restart_interval * NS)
+    delay = int(cfg.restart_delay * NS)
+    attempts = max(1, cfg.restart_attempts)
+    no_reschedule = {"Attempts": 0, "Unlimited": False}
+    if policy == "Always":
+        return (
+            "service",
+            {"Attempts": attempts, "Interval": interval, "Delay": delay, "Mode": "delay"},
+            None,
+        )
+    if policy == "OnFailure":
+        return (
+            "batch",
+            {"Attempts": attempts, "Interval": interval, "Delay": delay, "Mode": "fail"},
+            no_reschedule,
+        )
+    if policy == "Never":
+        return (
+            "batch",
+            {"Attempts": 0, "Interval": interval, "Delay": delay, "Mode": "fail"},
+            no_reschedule,
+        )
+    raise TranslationError(f"unknown restartPolicy {policy!r}", field="spec.restartPolicy")
+
+
+def overrides(annotations: Mapping[str, str], cfg: NomadConfig) -> dict[str, Any]:
+    """Per-pod ``vkgate.io/nomad-*`` annotations, validated against the allow-lists."""
+    out: dict[str, Any] = {
+        "namespace": cfg.namespace,
+        "region": cfg.region,
+        "datacenters": list(cfg.datacenters),
+        "priority": cfg.priority,
+        "node_pool": cfg.node_pool,
+    }
+
+    def field(name: str) -> str:
+        return f"metadata.annotations[{ANNOTATION}{name}]"
+
+    if (v := annotations.get(ANNOTATION + "namespace")) is not None:
+        if v not in cfg.all_namespaces:
+            raise TranslationError(
+                f"Nomad namespace {v!r} is not allowed (allowed: {', '.join(cfg.all_namespaces)};"
+                " add it to backend.nomad.namespaces)",
+                field=field("namespace"),
+            )
+        out["namespace"] = v
+    if (v := annotations.get(ANNOTATION + "region")) is not None:
+        if v not in cfg.all_regions:
+            raise TranslationError(
+                f"Nomad region {v!r} is not allowed (add it to backend.nomad.regions)",
+                field=field("region"),
+            )
+        out["region"] = v
+    if (v := annotations.get(ANNOTATION + "datacenters")) is not None:
+        dcs = [d.strip() for d in v.split(",") if d.strip()]
+        if not dcs:
+            raise TranslationError("expected a comma-separated list", field=field("datacenters"))
+        out["datacenters"] = dcs
+    if (v := annotations.get(ANNOTATION + "priority")) is not None:
+        if not v.strip().isdigit() or not 1 <= int(v) <= 100:
+            raise TranslationError(f"expected 1..100, got {v!r}", field=field("priority"))
+        out["priority"] = int(v)
+    if (v := annotations.get(ANNOTATION + "node-pool")) is not None:
+        out["node_pool"] = v.strip()
+    return out
+
+
+# --------------------------------------------------------------------------- context + render
+
+
+def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[str, Any]:
+    """Everything Nomad-specific a template needs, keyed by name (documented in the README)."""
+    meta = pod.pod.get("metadata", {}) or {}
+    spec = pod.pod.get("spec", {}) or {}
+    where = overrides(meta.get("annotations", {}) or {}, cfg)
+    jtype, restart, reschedule = restart_policy(str(spec.get("restartPolicy", "Always")), cfg)
+    containers = (*pod.init_containers, *pod.containers)
+    names = [c.name for c in containers]
+    if len(set(names)) != len(names):
+        raise TranslationError("container names must be unique", field="spec.containers")
+    nets, labels = networks(containers)
+    volumes = {v.name: v for v in pod.volumes}
+    grace = spec.get("terminationGracePeriodSeconds")
+    kill_timeout = int((30 if grace is None else int(grace)) * NS)
+    tasks: dict[str, Any] = {}
+    for c in containers:
+        templates, binds = task_volumes(c, volumes)
+        lifecycle = None
+        if c.role == "init":
+            lifecycle = {"Hook": "prestart", "Sidecar": False}
+        elif c.role == "sidecar":
+            lifecycle = {"Hook": "prestart", "Sidecar": True}
+        argv = [*c.command, *c.args]
+        tasks[c.name] = {
+            "name": c.name,
+            "lifecycle": lifecycle,
+            "resources": task_resources(c, factor=factor, cfg=cfg),
+            "port_labels": labels.get(c.name, []),
+            "templates": templates,
+            "docker_volumes": binds,
+            "force_pull": c.spec.get("imagePullPolicy") == "Always",
+            "raw_command": argv[0] if argv else "",
+            "raw_args": argv[1:],
+            "kill_timeout": kill_timeout,
+        }
+    return {
+        "job_id": job_id(pod.namespace, pod.name, pod.uid, prefix=cfg.job_prefix),
+        "job_name": f"{pod.namespace}/{pod.name}",
+        "group": GROUP,
+        "type": jtype,
+        "restart_policy": restart,
+        "reschedule_policy": reschedule,
+        "namespace": where["namespace"],
+        "region": where["region"],
+        "datacenters": where["datacenters"],
+        "priority": where["priority"],
+        "node_pool": where["node_pool"],
+        "meta": {
+            **ownership_meta(pod.namespace, pod.name, pod.uid, pod.node_name),
+            META_CONTAINERS: ",".join(c.name for c in pod.containers),
+            META_INIT: ",".join(c.name for c in pod.init_containers),
+            META_SIDECARS: ",".join(c.name for c in pod.init_containers if c.role == "sidecar"),
+        },
+        "constraints": constraints(spec.get("nodeSelector", {}) or {}),
+        "networks": nets,
+        "ephemeral_disk_mb": ephemeral_disk_mb(containers),
+        "mhz_per_core": factor,
+        "tasks": tasks,
+    }
+
+
+SAFE_SETTINGS = frozenset(
+    {"address", "namespace", "region", "datacenters", "node_pool", "priority", "template", "pods"}
+)
+
+
+def context(
+    pod: ResolvedPod, *, cfg: NomadConfig, settings: Mapping[str, Any], factor: float
+) -> dict[str, Any]:
+    """The template context: ``pod_context`` plus ``backend_info`` (no token or keys)."""
+    safe = {k: v for k, v in settings.items() if k in SAFE_SETTINGS}
+    return pod_context(
+        pod, backend="nomad", settings=safe, extra=backend_info(pod, cfg=cfg, factor=factor)
+    )
+
+
+def _secret_values(pod: ResolvedPod) -> set[str]:
+    values = {e.value for c in (*pod.init_containers, *pod.containers) for e in c.env if e.secret}
+    for v in pod.volumes:
+        for f in v.files:
+            if f.secret or v.kind == "secret":
+                values.add(f.content.decode("utf-8", errors="replace"))
+    return {s for s in values if len(s) >= 4}
+
+
+def render_job(
+    pod: ResolvedPod,
+    *,
+    renderer: Any,
+    cfg: NomadConfig,
+    settings: Mapping[str, Any],
+    factor: float,
+    template: str = "",
+) -> dict[str, Any]:
+    """Render the pod's job (``{"Job": {...}}``) and enforce identity and ownership."""
+    name = template or pod.template or cfg.template
+    ctx = context(pod, cfg=cfg, settings=settings, factor=factor)
+    out = renderer.render(name, ctx)
+    job = out.get("Job", out) if isinstance(out, dict) else None
+    if not isinstance(job, dict) or not isinstance(job.get("TaskGroups"), list):
+        raise TranslationError(
+            "output must be a Nomad job object with TaskGroups", template=name, field="Job"
+        )
+    info = ctx["backend_info"]
+    if job.get("ID") != info["job_id"]:
+        raise TranslationError(
+            f"Job.ID must be {info['job_id']!r} (vkgate's identity for this pod), got {job.get('ID')!r}",
+            template=name,
+            field="Job.ID",
+        )
+    meta = job.get("Meta") or {}
+    if not isinstance(meta, dict):
+        raise TranslationError("Job.Meta must be an object", template=name, field="Job.Meta")
+    meta = {str(k): str(v) for k, v in meta.items()}
+    meta.update(info["meta"])
+    secrets = _secret_values(pod)
+    for k, v in meta.items():
+        if any(s in v for s in secrets):
+            raise TranslationError(
+                f"Job.Meta[{k!r}] contains a Secret value; secrets must never go into Meta",
+                template=name,
+                field="Job.Meta",
+            )
+    job["Meta"] = meta
+    job.setdefault("Namespace", info["namespace"])
+    return {"Job": job}

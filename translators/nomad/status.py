@@ -1,0 +1,445 @@
+"""Nomad job + allocations → ``WorkloadState`` (what the backend reports, nothing more).
+
+Pure functions over plain JSON, so the golden files in ``tests/golden/nomad/states/`` pin the
+whole mapping.  Pod conditions and "should we write?" belong to ``gateway.pods.status``.
+
+Phase, from the newest allocation by ``CreateIndex`` (replaced allocations are history):
+
+========================  ====================================================================
+no allocation             Pending; containers waiting ``ContainerCreating``; with failed
+                          placements: reason ``Unschedulable``, message = Nomad's text
+``pending``               Pending (placed); Running once a task has started (Nomad reports
+                          an allocation whose task is restarting as pending again)
+``running``               Running
+``complete``              Succeeded
+``failed``                Failed
+``lost``                  Failed, reason ``NodeLost``
+``unknown``               Unknown (client disconnected)
+========================  ====================================================================
+
+Containers, from ``TaskStates`` and their events: ``dead`` → terminated with the exit code,
+signal and OOM flag of the last ``Terminated`` event (exit code 0 with a signal → 128+signal;
+reason ``OOMKilled`` / ``Completed`` / ``Error``; a task that never started is
+``ContainerCannotRun``); ``running`` → running since ``StartedAt``; ``pending`` after a
+``Driver Failure`` about the image → ``ErrImagePull`` (``ImagePullBackOff`` once repeated),
+after another driver/setup failure → ``CreateContainerError``, after ``Restarting`` →
+``CrashLoopBackOff``, otherwise ``ContainerCreating`` (``PodInitializing`` for main containers
+while prestart tasks run).  ``restartCount`` = ``Restarts`` + one per earlier allocation of the
+job; ``lastState`` = the ``Terminated`` event before the current run.
+
+Which tasks are init containers is recorded in the job's ``Meta`` (``vkgate.containers``,
+``vkgate.init_containers``) when vkgate submits the job, because allocation stubs and events do
+not carry the job spec.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from translators.base import ContainerState, Phase, PodRef, WorkloadState
+from translators.nomad.jobs import (
+    META_CONTAINERS,
+    META_INIT,
+    META_NAME,
+    META_NAMESPACE,
+    META_NODE,
+    META_SIDECARS,
+    META_UID,
+)
+
+JSON = dict[str, Any]
+
+_PHASES = {
+    "pending": Phase.PENDING,
+    "running": Phase.RUNNING,
+    "complete": Phase.SUCCEEDED,
+    "failed": Phase.FAILED,
+    "lost": Phase.FAILED,
+    "unknown": Phase.UNKNOWN,
+}
+_IMAGE_ERROR = re.compile(
+    r"pull|image|manifest|repository|registry|not found|unauthorized", re.IGNORECASE
+)
+_SETUP_FAILURES = {
+    "Driver Failure",
+    "Setup Failure",
+    "Failed Artifact Download",
+    "Task hook failed",
+}
+
+
+@dataclass
+class JobView:
+    """What vkgate knows about one of its jobs: identity, job status, allocations, placement."""
+
+    job_id: str
+    namespace: str
+    region: str
+    ref: PodRef
+    node: str
+    containers: tuple[str, ...] = ()
+    init_containers: tuple[str, ...] = ()
+    sidecars: tuple[str, ...] = ()
+    status: str = "pending"
+    stop: bool = False
+    modify_index: int = 0
+    allocs: dict[str, JSON] = field(default_factory=dict)
+    #: Nomad's placement failure text, when the scheduler could not place the allocation.
+    placement: str = ""
+
+    @classmethod
+    def from_job(cls, job: Mapping[str, Any], *, region: str = "") -> JobView:
+        """From a full job or a job stub listed with ``meta=true``."""
+        meta: Mapping[str, str] = job.get("Meta") or {}
+        return cls(
+            job_id=str(job["ID"]),
+            namespace=str(job.get("Namespace") or "default"),
+            region=region or str(job.get("Region") or ""),
+            ref=PodRef(
+                namespace=meta.get(META_NAMESPACE, ""),
+                name=meta.get(META_NAME, ""),
+                uid=meta.get(META_UID, ""),
+            ),
+            node=meta.get(META_NODE, ""),
+            containers=_names(meta.get(META_CONTAINERS, "")),
+            init_containers=_names(meta.get(META_INIT, "")),
+            sidecars=_names(meta.get(META_SIDECARS, "")),
+            status=str(job.get("Status") or "pending"),
+            stop=bool(job.get("Stop")),
+            modify_index=int(job.get("ModifyIndex") or 0),
+        )
+
+    def update_job(self, job: Mapping[str, Any]) -> None:
+        self.status = str(job.get("Status") or self.status)
+        self.stop = bool(job.get("Stop"))
+        self.modify_index = int(job.get("ModifyIndex") or self.modify_index)
+
+    def newest(self) -> JSON | None:
+        if not self.allocs:
+            return None
+        return max(self.allocs.values(), key=lambda a: int(a.get("CreateIndex") or 0))
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(n for n in value.split(",") if n)
+
+
+def parse_time(value: Any) -> _dt.datetime | None:
+    """Nomad RFC3339 (nanoseconds, ``Z``) or unix-ns integers → aware UTC datetime; zero → None."""
+    if value in (None, "", 0):
+        return None
+    if isinstance(value, int | float):
+        return _dt.datetime.fromtimestamp(value / 1e9, _dt.UTC)
+    text = str(value)
+    if text.startswith("0001-01-01"):
+        return None
+    m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", text)
+    if not m:
+        return None
+    frac = (m.group(2) or "")[:7]
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    return _dt.datetime.fromisoformat(m.group(1) + frac + tz).astimezone(_dt.UTC)
+
+
+def placement_text(evaluation: Mapping[str, Any]) -> str:
+    """One line from an evaluation's ``FailedTGAllocs`` in the words of ``nomad job status``."""
+    failed: Mapping[str, Mapping[str, Any]] = evaluation.get("FailedTGAllocs") or {}
+    parts: list[str] = []
+    for metric in failed.values():
+        if not metric.get("NodesEvaluated"):
+            parts.append("No nodes were eligible for evaluation")
+        for dc, available in sorted((metric.get("NodesAvailable") or {}).items()):
+            if available == 0:
+                parts.append(f'No nodes are available in datacenter "{dc}"')
+        for cls, num in sorted((metric.get("ClassFiltered") or {}).items()):
+            parts.append(f'Class "{cls}": {num} nodes excluded by filter')
+        for cs, num in sorted((metric.get("ConstraintFiltered") or {}).items()):
+            parts.append(f'Constraint "{cs}": {num} nodes excluded by filter')
+        if ne := metric.get("NodesExhausted"):
+            parts.append(f"Resources exhausted on {ne} nodes")
+        for cls, num in sorted((metric.get("ClassExhausted") or {}).items()):
+            parts.append(f'Class "{cls}" exhausted on {num} nodes')
+        for dim, num in sorted((metric.get("DimensionExhausted") or {}).items()):
+            parts.append(f'Dimension "{dim}" exhausted on {num} nodes')
+        for dim in metric.get("QuotaExhausted") or []:
+            parts.append(f'Quota limit hit "{dim}"')
+    if not parts and failed:
+        parts.append("no node could take the allocation")
+    return "; ".join(dict.fromkeys(parts))
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _events(ts: Mapping[str, Any]) -> list[JSON]:
+    return list(ts.get("Events") or [])
+
+
+def _terminated_from(
+    event: Mapping[str, Any] | None,
+    *,
+    name: str,
+    failed: bool,
+    started: _dt.datetime | None,
+    finished: _dt.datetime | None,
+    cid: str,
+) -> ContainerState:
+    details: Mapping[str, str] = (event or {}).get("Details") or {}
+    code = _int(details.get("exit_code"), default=1 if failed else 0)
+    signal = _int(details.get("signal"), default=0)
+    if code == 0 and signal > 0:
+        code = 128 + signal
+    if str(details.get("oom_killed", "")).lower() == "true":
+        reason = "OOMKilled"
+    elif event is None and started is None and failed:
+        reason = "ContainerCannotRun"
+    elif code == 0 and not failed:
+        reason = "Completed"
+    else:
+        reason = "Error"
+    message = str(details.get("exit_message") or "")
+    return ContainerState(
+        name=name,
+        state="terminated",
+        reason=reason,
+        message=message,
+        exit_code=code,
+        signal=signal or None,
+        started_at=started,
+        finished_at=finished or (parse_time(event.get("Time")) if event else None),
+        container_id=cid,
+    )
+
+
+def _int(value: Any, *, default: int) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def _last(events: Sequence[Mapping[str, Any]], kind: str) -> tuple[int, JSON | None]:
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].get("Type") == kind:
+            return i, dict(events[i])
+    return -1, None
+
+
+def _message(event: Mapping[str, Any]) -> str:
+    details: Mapping[str, str] = event.get("Details") or {}
+    return str(
+        details.get("driver_error")
+        or details.get("setup_error")
+        or details.get("download_error")
+        or event.get("DisplayMessage")
+        or event.get("Message")
+        or ""
+    )
+
+
+def container_state(
+    name: str,
+    ts: Mapping[str, Any] | None,
+    *,
+    alloc_id: str,
+    earlier_runs: int = 0,
+    initializing: bool = False,
+) -> ContainerState:
+    """One task's state as a Kubernetes container state."""
+    if ts is None:
+        return ContainerState(
+            name=name, reason="PodInitializing" if initializing else "ContainerCreating"
+        )
+    cid = f"nomad://{alloc_id}/{name}"
+    events = _events(ts)
+    restarts = int(ts.get("Restarts") or 0) + earlier_runs
+    started = parse_time(ts.get("StartedAt"))
+    finished = parse_time(ts.get("FinishedAt"))
+    failed = bool(ts.get("Failed"))
+    state = ts.get("State") or "pending"
+    term_i, term = _last(events, "Terminated")
+    last: ContainerState | None = None
+
+    if state == "dead":
+        prev_i, prev = _last(events[:term_i] if term_i >= 0 else [], "Terminated")
+        if prev is not None and prev_i >= 0:
+            last = _terminated_from(
+                prev, name=name, failed=True, started=None, finished=None, cid=cid
+            )
+        if term is None and started is None and not failed:
+            # stopped before it ever ran (e.g. pod deleted while pending)
+            return ContainerState(
+                name=name,
+                state="terminated",
+                reason="Completed",
+                exit_code=0,
+                finished_at=finished,
+                restart_count=restarts,
+                container_id=cid,
+            )
+        if term is None and failed:
+            failure = next((e for e in reversed(events) if e.get("Type") in _SETUP_FAILURES), None)
+            cs = _terminated_from(
+                None, name=name, failed=True, started=started, finished=finished, cid=cid
+            )
+            if failure is not None:
+                cs = replace(cs, message=_message(failure))
+            return replace(cs, restart_count=restarts, last_terminated=last)
+        cs = _terminated_from(
+            term, name=name, failed=failed, started=started, finished=finished, cid=cid
+        )
+        return replace(cs, restart_count=restarts, last_terminated=last)
+
+    if term is not None:
+        last = _terminated_from(
+            term,
+            name=name,
+            failed=_int((term.get("Details") or {}).get("exit_code"), default=0) != 0,
+            started=None,
+            finished=None,
+            cid=cid,
+        )
+
+    if state == "running":
+        return ContainerState(
+            name=name,
+            state="running",
+            started_at=started,
+            ready=True,
+            restart_count=restarts,
+            container_id=cid,
+            last_terminated=last,
+        )
+
+    # pending: decide the waiting reason from the latest meaningful event
+    latest = next(
+        (
+            e
+            for e in reversed(events)
+            if e.get("Type") in _SETUP_FAILURES or e.get("Type") in {"Restarting", "Started"}
+        ),
+        None,
+    )
+    reason, message = ("PodInitializing" if initializing else "ContainerCreating"), ""
+    if latest is not None and latest.get("Type") == "Restarting":
+        reason, message = "CrashLoopBackOff", _message(latest)
+    elif latest is not None and latest.get("Type") in _SETUP_FAILURES:
+        message = _message(latest)
+        if latest.get("Type") == "Driver Failure" and _IMAGE_ERROR.search(message):
+            pulls = sum(1 for e in events if e.get("Type") == "Driver Failure")
+            reason = "ImagePullBackOff" if pulls > 1 or restarts > 0 else "ErrImagePull"
+        else:
+            reason = "CreateContainerError"
+    return ContainerState(
+        name=name,
+        state="waiting",
+        reason=reason,
+        message=message,
+        restart_count=restarts,
+        container_id=cid if started else "",
+        last_terminated=last,
+    )
+
+
+# --------------------------------------------------------------------------- pod
+
+
+def pod_ip(alloc: Mapping[str, Any], host_ip: str) -> str:
+    net = alloc.get("NetworkStatus") or {}
+    if net.get("Address"):
+        return str(net["Address"])
+    shared = (alloc.get("AllocatedResources") or {}).get("Shared") or {}
+    for port in shared.get("Ports") or []:
+        if port.get("HostIP"):
+            return str(port["HostIP"])
+    for network in shared.get("Networks") or []:
+        if network.get("IP"):
+            return str(network["IP"])
+    return host_ip
+
+
+def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) -> WorkloadState:
+    """The pod's state as Nomad reports it (see the module docstring for the rules)."""
+    alloc = view.newest()
+    inits = view.init_containers
+    mains = view.containers
+    if alloc is None:
+        unschedulable = bool(view.placement) and not view.stop
+        return WorkloadState(
+            ref=view.ref,
+            backend_id=view.job_id,
+            phase=Phase.PENDING,
+            reason="Unschedulable" if unschedulable else "",
+            message=f"Nomad could not place the job: {view.placement}" if unschedulable else "",
+            placed=False,
+            containers=tuple(
+                container_state(n, None, alloc_id="", initializing=bool(inits)) for n in mains
+            ),
+            init_containers=tuple(container_state(n, None, alloc_id="") for n in inits),
+            node_name=view.node,
+        )
+    alloc_id = str(alloc.get("ID", ""))
+    earlier = sum(
+        1
+        for a in view.allocs.values()
+        if int(a.get("CreateIndex") or 0) < int(alloc.get("CreateIndex") or 0)
+    )
+    states: Mapping[str, Any] = alloc.get("TaskStates") or {}
+    if not mains:  # a job whose Meta does not list containers: every task is a container
+        mains, inits = tuple(states), ()
+    init_states = tuple(
+        container_state(n, states.get(n), alloc_id=alloc_id, earlier_runs=earlier) for n in inits
+    )
+    init_done = all(
+        (
+            s.state == "running"
+            if n in view.sidecars
+            else s.state == "terminated" and s.exit_code == 0
+        )
+        for s, n in zip(init_states, inits, strict=True)
+    )
+    main_states = tuple(
+        container_state(
+            n,
+            states.get(n),
+            alloc_id=alloc_id,
+            earlier_runs=earlier,
+            initializing=bool(inits) and not init_done,
+        )
+        for n in mains
+    )
+    client_status = str(alloc.get("ClientStatus") or "pending")
+    phase = _PHASES.get(client_status, Phase.UNKNOWN)
+    if phase is Phase.PENDING and any(
+        parse_time((states.get(n) or {}).get("StartedAt")) for n in mains
+    ):
+        # Nomad reports a restarting allocation as pending; Kubernetes keeps such a pod Running
+        phase = Phase.RUNNING
+    reason = message = ""
+    if client_status == "lost":
+        reason, message = "NodeLost", str(alloc.get("ClientDescription") or "Nomad lost the node")
+    elif client_status == "failed" and alloc.get("ClientDescription"):
+        message = str(alloc["ClientDescription"])
+    host_ip = (node_ips or {}).get(str(alloc.get("NodeID", "")), "")
+    return WorkloadState(
+        ref=view.ref,
+        backend_id=view.job_id,
+        phase=phase,
+        reason=reason,
+        message=message,
+        placed=True,
+        pod_ip=pod_ip(alloc, host_ip),
+        host_ip=host_ip,
+        started_at=parse_time(alloc.get("CreateTime")),
+        containers=main_states,
+        init_containers=init_states,
+        node_name=view.node,
+    )
+
+
+def states_of(views: Iterable[JobView], *, node_ips: Mapping[str, str]) -> list[WorkloadState]:
+    return [workload_state(v, node_ips=node_ips) for v in views]

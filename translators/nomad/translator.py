@@ -1,0 +1,702 @@
+"""``NomadTranslator``: one Kubernetes virtual node backed by a Nomad cluster.
+
+One pod is one Nomad job (see ``jobs.py``); its state is the job plus its allocations (see
+``status.py``).  The translator keeps one in-memory view per owned job, fed from three
+sources that all merge *monotonically* (an allocation or job is only replaced by one with an
+equal or newer ``ModifyIndex``, so a slow list can never roll back what the event stream
+already reported):
+
+* ``create`` — the job it just registered;
+* ``list()`` — the backstop: one job list (``meta=true``, filtered to vkgate's owner marker
+  and this node) and ONE allocation list for all pods (``task_states=true``), per watched
+  namespace/region;
+* ``changes()`` — the push path: ``/v1/event/stream`` (Job, Allocation, Evaluation topics),
+  resynced with a list after every reconnect, plus a blocking query on ``/v1/allocations``
+  that catches whatever the stream skipped.
+
+Delete stops the job (``DELETE /v1/job/:id``): Nomad sends SIGTERM and kills after the task's
+``KillTimeout`` (from ``terminationGracePeriodSeconds``).  Nomad has no per-request grace, so
+when the delete's grace is shorter a background task sends SIGKILL to the allocations once it
+has passed (``/v1/client/allocation/:id/signal``).  The same task purges the job once every
+allocation has ended; any later ``delete`` of the same pod purges too.  A stopped job is
+still listed until purged, so the gateway sees the containers terminate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from translators.base import (
+    OWNER_KEY,
+    OWNER_VALUE,
+    BackendConflict,
+    BackendError,
+    BackendNotFound,
+    BackendRejected,
+    Capacity,
+    Features,
+    LogOptions,
+    NodeInfo,
+    PodRef,
+    ResolvedPod,
+    TranslatorContext,
+    WorkloadState,
+)
+from translators.nomad import capacity as cap
+from translators.nomad.client import NomadClient, Sleep
+from translators.nomad.config import NomadConfig
+from translators.nomad.events import EventStream
+from translators.nomad.exec import NomadExecSession
+from translators.nomad.jobs import META_NODE, META_UID, is_owned, job_id, render_job
+from translators.nomad.logs import LogReader, LogTarget
+from translators.nomad.status import JobView, placement_text, workload_state
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+TERMINAL = frozenset({"complete", "failed", "lost"})
+Key = tuple[str, str, str]  # (region, namespace, job id)
+
+
+class NomadTranslator:
+    kind = "nomad"
+    features = Features(
+        volume_kinds=frozenset({"configMap", "secret", "projected", "downwardAPI", "emptyDir"}),
+        pod_features=frozenset({"initContainers", "sidecars"}),
+        updatable_fields=frozenset(
+            {"metadata.labels", "metadata.annotations", "spec.containers[*].image"}
+        ),
+    )
+
+    def __init__(
+        self,
+        ctx: TranslatorContext | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Sleep | None = None,
+        environ: Mapping[str, str] | None = None,
+        renderer: Any = None,
+        **settings: Any,
+    ) -> None:
+        table: dict[str, Any] = dict(ctx.settings) if ctx else {}
+        table.update(settings)
+        self.settings = table
+        self.config = NomadConfig.from_settings(table, environ)
+        self.node_name = ctx.node_name if ctx else "vkgate"
+        if renderer is None:
+            renderer = ctx.renderer if ctx and ctx.renderer is not None else None
+        if renderer is None:
+            from translators.rendering import Renderer
+
+            renderer = Renderer()
+        self.renderer = renderer
+        self._sleep: Sleep = sleep or asyncio.sleep
+        self.client = NomadClient(self.config, transport=transport, sleep=self._sleep)
+        self._views: dict[Key, JobView] = {}
+        self._foreign: set[Key] = set()
+        self._node_ips: dict[str, str] = {}
+        self._factor: float | None = None
+        self._purges: dict[Key, asyncio.Task[None]] = {}
+        self._closed = asyncio.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._closed.set()
+        for task in self._purges.values():
+            task.cancel()
+        for task in list(self._purges.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._purges.clear()
+        await self.client.aclose()
+
+    async def ping(self) -> None:
+        leader = await self.client.get("/status/leader")
+        if not leader:
+            raise BackendError("nomad has no leader")
+        await self.client.get("/agent/health")
+
+    # -- node side ----------------------------------------------------------------------------
+
+    async def _nodes(self) -> list[JSON]:
+        nodes = await self.client.get("/nodes", params={"resources": True}, namespace="")
+        nodes = list(nodes or [])
+        self._node_ips.update(cap.node_addresses(nodes))
+        self._factor = cap.mhz_per_core(nodes, self.config)
+        return nodes
+
+    async def capacity(self) -> Capacity:
+        return cap.capacity(await self._nodes(), self.config)
+
+    async def node_info(self) -> NodeInfo:
+        nodes = await self._nodes()
+        detail = None
+        chosen = next((n for n in nodes if cap.eligible(n, self.config)), None)
+        if chosen is not None:
+            with contextlib.suppress(BackendError):
+                detail = await self.client.get(f"/node/{chosen['ID']}", namespace="")
+        return cap.node_info(nodes, detail, self.config)
+
+    async def mhz_per_core(self) -> float:
+        if self.config.mhz_per_core > 0:
+            return self.config.mhz_per_core
+        if self._factor is None:
+            await self._nodes()
+        return self._factor or cap.DEFAULT_MHZ_PER_CORE
+
+    # -- views --------------------------------------------------------------------------------
+
+    def _key(self, view: JobView) -> Key:
+        return (view.region, view.namespace, view.job_id)
+
+    def _merge_alloc(self, view: JobView, alloc: Mapping[str, Any]) -> bool:
+        aid = str(alloc.get("ID", ""))
+        old = view.allocs.get(aid)
+        if old is not None and int(old.get("ModifyIndex") or 0) > int(
+            alloc.get("ModifyIndex") or 0
+        ):
+            return False
+        merged = dict(old or {})
+        merged.update(alloc)
+        view.allocs[aid] = merged
+        return True
+
+    def _merge_job(self, job: Mapping[str, Any], *, region: str) -> JobView | None:
+        """Upsert the view of an owned job; None (and remembered) for anyone else's job."""
+        ns = str(job.get("Namespace") or "default")
+        key = (region, ns, str(job["ID"]))
+        if not is_owned(job.get("Meta"), self.node_name):
+            if len(self._foreign) > 10_000:
+                self._foreign.clear()
+            self._foreign.add(key)
+            return None
+        view = self._views.get(key)
+        if view is None:
+            view = JobView.from_job(job, region=region)
+            self._views[key] = view
+        elif int(job.get("ModifyIndex") or 0) >= view.modify_index:
+            view.update_job(job)
+        return view
+
+    def _state(self, view: JobView) -> WorkloadState:
+        return workload_state(view, node_ips=self._node_ips)
+
+    async def _fill_node_ips(self, views: Sequence[JobView]) -> None:
+        unknown = {
+            str(a.get("NodeID"))
+            for v in views
+            for a in v.allocs.values()
+            if a.get("NodeID") and str(a.get("NodeID")) not in self._node_ips
+        }
+        if unknown:
+            with contextlib.suppress(BackendError):
+                await self._nodes()
+
+    async def _placement(self, view: JobView) -> None:
+        """Nomad's reason when the job has no allocation (blocked/failed placement)."""
+        if view.allocs or view.stop:
+            return
+        evals = await self.client.get(
+            f"/job/{view.job_id}/evaluations", namespace=view.namespace, region=view.region
+        )
+        for ev in sorted(evals or [], key=lambda e: int(e.get("CreateIndex") or 0), reverse=True):
+            text = placement_text(ev)
+            if text:
+                view.placement = text
+                return
+
+    def _scopes(self) -> list[tuple[str, str]]:
+        """(region, namespace query value) pairs that cover every job vkgate may own."""
+        ns = self.config.all_namespaces
+        ns_param = ns[0] if len(ns) == 1 else "*"
+        return [(region, ns_param) for region in self.config.all_regions]
+
+    def _owner_filter(self) -> str:
+        return (
+            f'Meta["{OWNER_KEY}"] == "{OWNER_VALUE}" and Meta["{META_NODE}"] == "{self.node_name}"'
+        )
+
+    async def _refresh(self, region: str, ns_param: str) -> tuple[list[JobView], int]:
+        """The backstop list for one scope: owned jobs + one allocation list; returns views."""
+        jobs_reply = await self.client.call(
+            "GET",
+            "/jobs",
+            params={"meta": True, "filter": self._owner_filter()},
+            namespace=ns_param,
+            region=region,
+        )
+        allocs_reply = await self.client.call(
+            "GET",
+            "/allocations",
+            params={"task_states": True, "resources": True}
+            | (
+                {"filter": f'JobID matches "^{self.config.job_prefix}"'}
+                if self.config.job_prefix
+                else {}
+            ),
+            namespace=ns_param,
+            region=region,
+        )
+        return self._apply_listing(
+            region, ns_param, jobs_reply.data or [], allocs_reply.data or [], jobs_reply.index
+        ), allocs_reply.index
+
+    def _apply_listing(
+        self, region: str, ns_param: str, jobs: Sequence[JSON], allocs: Sequence[JSON], index: int
+    ) -> list[JobView]:
+        seen: dict[Key, JobView] = {}
+        for job in jobs:
+            view = self._merge_job(job, region=region)
+            if view is not None:
+                seen[self._key(view)] = view
+        by_job: dict[tuple[str, str], list[JSON]] = {}
+        for a in allocs:
+            by_job.setdefault(
+                (str(a.get("Namespace") or "default"), str(a.get("JobID"))), []
+            ).append(a)
+        for key, view in seen.items():
+            for a in by_job.get((key[1], key[2]), []):
+                self._merge_alloc(view, a)
+        # forget purged jobs of this scope, but not ones registered after the listing
+        for key, view in list(self._views.items()):
+            in_scope = key[0] == region and (ns_param == "*" or key[1] == ns_param)
+            if in_scope and key not in seen and view.modify_index <= index:
+                del self._views[key]
+        return list(seen.values())
+
+    async def list(self) -> Sequence[WorkloadState]:
+        views: list[JobView] = []
+        for region, ns_param in self._scopes():
+            found, _ = await self._refresh(region, ns_param)
+            views.extend(found)
+        await self._fill_node_ips(views)
+        for view in views:
+            if not view.allocs and not view.stop and not view.placement:
+                with contextlib.suppress(BackendError):
+                    await self._placement(view)
+        return [self._state(v) for v in views]
+
+    # -- create / update / delete ----------------------------------------------------------
+
+    async def _render(self, pod: ResolvedPod) -> JSON:
+        factor = await self.mhz_per_core()
+        return render_job(
+            pod, renderer=self.renderer, cfg=self.config, settings=self.settings, factor=factor
+        )
+
+    async def _get_job(self, jid: str, *, namespace: str, region: str) -> JSON | None:
+        try:
+            job: JSON = await self.client.get(f"/job/{jid}", namespace=namespace, region=region)
+            return job
+        except BackendNotFound:
+            return None
+
+    async def create(self, pod: ResolvedPod) -> WorkloadState:
+        spec = await self._render(pod)
+        job = spec["Job"]
+        jid, ns = str(job["ID"]), str(job.get("Namespace") or "default")
+        region = str(job.get("Region") or self.config.region)
+        existing = await self._get_job(jid, namespace=ns, region=region)
+        if existing is not None and not existing.get("Stop"):
+            if (existing.get("Meta") or {}).get(META_UID) != pod.uid or not is_owned(
+                existing.get("Meta"), self.node_name
+            ):
+                raise BackendConflict(
+                    f"nomad job {jid!r} exists and belongs to another pod or owner"
+                )
+            view = self._merge_job(existing, region=region)
+            assert view is not None
+            return self._state(view)
+        reply = await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
+        data = reply.data or {}
+        job_stub = {
+            **job,
+            "Status": "pending",
+            "Stop": False,
+            "ModifyIndex": data.get("JobModifyIndex", 0),
+        }
+        key = (region, ns, jid)
+        self._views.pop(key, None)
+        view = self._merge_job(job_stub, region=region)
+        assert view is not None
+        state = self._state(view)
+        warnings = str(data.get("Warnings") or "").strip()
+        if warnings:
+            from dataclasses import replace
+
+            state = replace(state, events=(("Warning", "NomadWarning", warnings, ""),))
+        return state
+
+    async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
+        """Images may change in place (Nomad replaces the allocation); nothing else needs to."""
+        spec = await self._render(pod)
+        job = spec["Job"]
+        existing = await self._get_job(
+            job["ID"], namespace=job.get("Namespace") or "default", region=job.get("Region") or ""
+        )
+        if existing is None:
+            return False
+
+        def images(j: Mapping[str, Any]) -> dict[str, Any]:
+            return {
+                t["Name"]: (t.get("Config") or {}).get("image")
+                for g in j.get("TaskGroups") or []
+                for t in g.get("Tasks") or []
+            }
+
+        if images(existing) != images(job):
+            await self.client.call(
+                "POST",
+                "/jobs",
+                body=spec,
+                namespace=job.get("Namespace") or "default",
+                region=job.get("Region") or "",
+            )
+        return True
+
+    async def _locate(self, ref: PodRef) -> JobView | None:
+        """The owned job of a pod: from the views, else by its computed ID in each scope."""
+        for view in self._views.values():
+            if view.ref.uid == ref.uid:
+                return view
+        jid = job_id(ref.namespace, ref.name, ref.uid, prefix=self.config.job_prefix)
+        for region in self.config.all_regions:
+            for ns in self.config.all_namespaces:
+                job = await self._get_job(jid, namespace=ns, region=region)
+                if job is None:
+                    continue
+                if (job.get("Meta") or {}).get(META_UID) != ref.uid:
+                    continue
+                found = self._merge_job(job, region=region)
+                if found is not None:
+                    allocs = await self.client.get(
+                        f"/job/{jid}/allocations", namespace=ns, region=region
+                    )
+                    for a in allocs or []:
+                        self._merge_alloc(found, a)
+                    return found
+        return None
+
+    async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+        view = await self._locate(ref)
+        if view is None:
+            return
+        key = self._key(view)
+        try:
+            allocs = await self.client.get(
+                f"/job/{view.job_id}/allocations", namespace=view.namespace, region=view.region
+            )
+        except BackendNotFound:
+            self._views.pop(key, None)
+            return
+        for a in allocs or []:
+            self._merge_alloc(view, a)
+        if all(a.get("ClientStatus") in TERMINAL for a in allocs or []) and (
+            view.stop or not allocs
+        ):
+            await self._purge(view)
+            return
+        if not view.stop:
+            try:
+                await self.client.call(
+                    "DELETE", f"/job/{view.job_id}", namespace=view.namespace, region=view.region
+                )
+            except BackendNotFound:
+                self._views.pop(key, None)
+                return
+            view.stop = True
+        if key not in self._purges or self._purges[key].done():
+            self._purges[key] = asyncio.create_task(
+                self._purge_when_stopped(view, grace=max(0, grace_seconds))
+            )
+
+    async def _kill(self, view: JobView, allocs: Sequence[JSON]) -> None:
+        for a in allocs:
+            if a.get("ClientStatus") in TERMINAL:
+                continue
+            try:
+                await self.client.call(
+                    "POST",
+                    f"/client/allocation/{a['ID']}/signal",
+                    body={"Signal": "SIGKILL"},
+                    namespace=view.namespace,
+                    region=view.region,
+                )
+            except BackendError as exc:  # e.g. "Task not running": it ended meanwhile
+                log.info("nomad: SIGKILL to allocation %s: %s", a.get("ID"), exc)
+
+    async def _purge(self, view: JobView) -> None:
+        with contextlib.suppress(BackendNotFound):
+            await self.client.call(
+                "DELETE",
+                f"/job/{view.job_id}",
+                params={"purge": True},
+                namespace=view.namespace,
+                region=view.region,
+            )
+        self._views.pop(self._key(view), None)
+
+    async def _purge_when_stopped(self, view: JobView, *, grace: float) -> None:
+        """Wait (blocking queries) until every allocation ended, then purge the job.
+
+        Nomad kills with the task's ``KillTimeout``; when the delete's grace is shorter, the
+        still-running allocations get SIGKILL once it has passed.
+        """
+        start = time.monotonic()
+        deadline = start + self.config.purge_timeout
+        killed = False
+        index = 0
+        try:
+            while time.monotonic() < deadline:
+                remaining = start + grace - time.monotonic()
+                wait = min(10.0, self.config.blocking_wait)
+                if not killed:
+                    wait = max(0.5, min(wait, remaining))
+                reply = await self.client.blocking_get(
+                    f"/job/{view.job_id}/allocations",
+                    index=index,
+                    wait=wait,
+                    namespace=view.namespace,
+                    region=view.region,
+                )
+                allocs = reply.data or []
+                if all(a.get("ClientStatus") in TERMINAL for a in allocs):
+                    break
+                index = reply.index if reply.index > index else 0
+                if not killed and time.monotonic() >= start + grace:
+                    killed = True
+                    await self._kill(view, allocs)
+            await self._purge(view)
+        except BackendNotFound:
+            self._views.pop(self._key(view), None)
+        except BackendError as exc:
+            log.warning("nomad: purge of job %s failed: %s", view.job_id, exc)
+
+    # -- notifier ---------------------------------------------------------------------------
+
+    async def changes(self) -> AsyncIterator[WorkloadState]:
+        queue: asyncio.Queue[WorkloadState] = asyncio.Queue()
+        last: dict[str, WorkloadState] = {}
+
+        def emit(views: Sequence[JobView]) -> None:
+            for view in views:
+                state = self._state(view)
+                if last.get(view.ref.uid) != state:
+                    last[view.ref.uid] = state
+                    queue.put_nowait(state)
+
+        async def resync(region: str, ns_param: str) -> int:
+            views, index = await self._refresh(region, ns_param)
+            await self._fill_node_ips(views)
+            for v in views:
+                if not v.allocs and not v.stop and not v.placement:
+                    with contextlib.suppress(BackendError):
+                        await self._placement(v)
+            emit(views)
+            return index
+
+        async def stream(region: str, ns_param: str, start_index: int) -> None:
+            events = EventStream(
+                self.client,
+                namespace=ns_param,
+                region=region,
+                index=start_index,
+                idle_timeout=self.config.stream_idle_timeout,
+                backoff=self.config.retry_backoff,
+                sleep=self._sleep,
+            )
+            async for batch in events:
+                try:
+                    if batch is None:
+                        await resync(region, ns_param)
+                        continue
+                    emit(await self._apply_events(batch, region=region))
+                except BackendError as exc:
+                    log.info("nomad: handling events failed: %s", exc)
+
+        async def backstop(region: str, ns_param: str, index: int) -> None:
+            while True:
+                try:
+                    reply = await self.client.blocking_get(
+                        "/allocations",
+                        index=index,
+                        wait=self.config.blocking_wait,
+                        params={"task_states": False},
+                        namespace=ns_param,
+                        region=region,
+                    )
+                    index = reply.index if reply.index >= index else 0
+                    await resync(region, ns_param)
+                    await self._sleep(self.config.backstop_interval)
+                except BackendError as exc:
+                    log.info("nomad backstop list failed: %s", exc)
+                    await self._sleep(
+                        self.config.retry_backoff[-1] if self.config.retry_backoff else 1.0
+                    )
+
+        async def scope(region: str, ns_param: str) -> None:
+            index = 0
+            delay = 0
+            while True:
+                try:
+                    index = await resync(region, ns_param)
+                    break
+                except BackendError as exc:
+                    log.info("nomad: initial list failed: %s", exc)
+                    steps = self.config.retry_backoff or (1.0,)
+                    await self._sleep(steps[min(delay, len(steps) - 1)])
+                    delay += 1
+            await asyncio.gather(stream(region, ns_param, index), backstop(region, ns_param, index))
+
+        tasks = [asyncio.create_task(scope(r, n)) for r, n in self._scopes()]
+        try:
+            while not self._closed.is_set():
+                yield await queue.get()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    async def _apply_events(self, events: Sequence[JSON], *, region: str) -> Sequence[JobView]:
+        touched: dict[Key, JobView] = {}
+        for ev in events:
+            topic = ev.get("Topic")
+            payload = ev.get("Payload") or {}
+            if topic == "Job" and payload.get("Job"):
+                job = payload["Job"]
+                key = (region, str(job.get("Namespace") or "default"), str(job.get("ID")))
+                if payload.get("Deleted"):
+                    self._views.pop(key, None)
+                    touched.pop(key, None)
+                    continue
+                view = self._merge_job(job, region=region)
+                if view is not None:
+                    touched[key] = view
+            elif topic == "Allocation" and payload.get("Allocation"):
+                alloc = payload["Allocation"]
+                view = await self._view_for(
+                    str(alloc.get("JobID")), str(alloc.get("Namespace") or "default"), region
+                )
+                if view is not None and self._merge_alloc(view, alloc):
+                    view.placement = ""
+                    touched[self._key(view)] = view
+            elif topic == "Evaluation" and payload.get("Evaluation"):
+                ev_obj = payload["Evaluation"]
+                key = (region, str(ev_obj.get("Namespace") or "default"), str(ev_obj.get("JobID")))
+                view = self._views.get(key)
+                if view is not None:
+                    text = placement_text(ev_obj)
+                    if text and not view.allocs:
+                        view.placement = text
+                        touched[key] = view
+        await self._fill_node_ips(list(touched.values()))
+        return list(touched.values())
+
+    async def _view_for(self, jid: str, ns: str, region: str) -> JobView | None:
+        key = (region, ns, jid)
+        if key in self._foreign or not jid.startswith(self.config.job_prefix):
+            return None
+        view = self._views.get(key)
+        if view is not None:
+            return view
+        job = await self._get_job(jid, namespace=ns, region=region)
+        if job is None:
+            return None
+        return self._merge_job(job, region=region)
+
+    # -- logs / exec ------------------------------------------------------------------------
+
+    async def _current_alloc(self, ref: PodRef, container: str) -> tuple[JobView, JSON]:
+        view = await self._locate(ref)
+        if view is None:
+            raise BackendNotFound(f"pod {ref.key} has no Nomad job")
+        if container not in (*view.containers, *view.init_containers) and view.containers:
+            raise BackendNotFound(f'container "{container}" not found in pod {ref.key}')
+        allocs = await self.client.get(
+            f"/job/{view.job_id}/allocations", namespace=view.namespace, region=view.region
+        )
+        for a in allocs or []:
+            self._merge_alloc(view, a)
+        alloc = view.newest()
+        if alloc is None:
+            raise BackendRejected(
+                f'container "{container}" in pod {ref.key} is waiting to start: not placed yet',
+                reason="ContainerNotStarted",
+            )
+        return view, alloc
+
+    async def logs(self, ref: PodRef, container: str, options: LogOptions) -> AsyncIterator[bytes]:
+        view, alloc = await self._current_alloc(ref, container)
+        alloc_id = str(alloc["ID"])
+        if options.previous:
+            full = await self.client.get(
+                f"/allocation/{alloc_id}", namespace=view.namespace, region=view.region
+            )
+            previous = (full or {}).get("PreviousAllocation")
+            if not previous:
+                raise BackendRejected(
+                    f'previous terminated container "{container}" in pod "{ref.name}" not found',
+                    reason="NoPreviousContainer",
+                )
+            alloc_id = str(previous)
+        target = LogTarget(alloc_id, container, view.namespace, view.region)
+        index = 0
+
+        async def task_dead() -> bool:
+            nonlocal index
+            try:
+                reply = await self.client.blocking_get(
+                    f"/allocation/{alloc_id}",
+                    index=index,
+                    wait=10.0,
+                    namespace=view.namespace,
+                    region=view.region,
+                )
+            except BackendNotFound:
+                return True
+            except BackendError:
+                await self._sleep(1.0)
+                return False
+            index = reply.index
+            ts = ((reply.data or {}).get("TaskStates") or {}).get(container) or {}
+            return ts.get("State") == "dead" or (reply.data or {}).get("ClientStatus") in TERMINAL
+
+        reader = LogReader(self.client)
+        async for chunk in reader.read(target, options, task_dead=task_dead):
+            yield chunk
+
+    async def exec(
+        self, ref: PodRef, container: str, command: Sequence[str], *, tty: bool, stdin: bool
+    ) -> NomadExecSession:
+        view, alloc = await self._current_alloc(ref, container)
+        if alloc.get("ClientStatus") != "running":
+            raise BackendRejected(
+                f"cannot exec in a container that is not running (pod {ref.key}, "
+                f"allocation {alloc.get('ClientStatus')})",
+                reason="ContainerNotRunning",
+            )
+        session = await NomadExecSession.open(
+            self.client,
+            alloc_id=str(alloc["ID"]),
+            task=container,
+            command=command,
+            tty=tty,
+            namespace=view.namespace,
+            region=view.region,
+        )
+        if not stdin:
+            await session.close_stdin()
+        return session
