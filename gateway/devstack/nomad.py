@@ -7,15 +7,18 @@ update check off (plus ``CHECKPOINT_DISABLE=1``), denies the ``env_*`` fingerpri
 docker/java/qemu drivers, enables raw_exec explicitly and puts all state under our temp dir.
 
 Root and cgroups: as root Nomad must create its own cgroup and treats failure as fatal; as
-non-root it turns cgroups off and raw_exec still works.  What this host needed is recorded in
-``CGROUP_NOTE`` and chosen by ``cgroup_mode`` (see ``_config``).
+non-root it turns cgroups off and raw_exec still works.  ``launch_nomad(run_as=...)`` handles
+both: on the build host (cgroup v1, root) the plain root agent works and creates ``/nomad``
+cgroups; where that fails, ``auto`` retries as ``nobody``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import pwd
 import shutil
 import tempfile
 import time
@@ -27,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.devstack.controlplane import binary
-from gateway.devstack.process import Proc, free_port, wait_for
+from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
+
+log = logging.getLogger("vkgate.devstack.nomad")
 
 DATACENTER = "dc1"
 FINGERPRINT_DENYLIST = "env_aws,env_gce,env_azure,env_digitalocean"
@@ -112,25 +117,50 @@ def _ready_node(agent_address: str) -> dict[str, Any] | None:
     return None
 
 
-def launch_nomad(*, workdir: Path | None = None, timeout: float = 90.0) -> NomadAgent:
-    """Start the dev agent and wait for a leader and a ready node; the caller must stop it."""
-    exe = binary("nomad")
-    wd = workdir or Path(tempfile.mkdtemp(prefix="vkgate-nomad-"))
-    proc: Proc | None = None
+def _unprivileged_ids() -> tuple[int, int]:
     try:
-        http, rpc, serf = free_port(), free_port(), free_port()
-        conf = wd / "agent.json"
-        conf.write_text(_config(workdir=wd, http=http, rpc=rpc, serf=serf))
-        env = dict(os.environ, CHECKPOINT_DISABLE="1")
-        address = f"http://127.0.0.1:{http}"
-        started = time.monotonic()
-        proc = Proc(
-            "nomad",
-            [str(exe), "agent", "-dev", f"-config={conf}"],
-            log_file=wd / "nomad.log",
-            env=env,
-            cwd=wd,
-        )
+        pw = pwd.getpwnam(os.environ.get("VKGATE_NOMAD_USER") or "nobody")
+    except KeyError as exc:
+        raise DevstackError(f"no unprivileged user to run Nomad as: {exc}") from exc
+    return pw.pw_uid, pw.pw_gid
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    os.chown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, gid)
+
+
+def _start_once(exe: Path, wd: Path, timeout: float, ids: tuple[int, int] | None) -> NomadAgent:
+    http, rpc, serf = free_port(), free_port(), free_port()
+    conf = wd / "agent.json"
+    conf.write_text(_config(workdir=wd, http=http, rpc=rpc, serf=serf))
+    env = dict(os.environ, CHECKPOINT_DISABLE="1")
+    if ids is not None:
+        # The cache under $HOME is usually unreadable to `nobody`: give it its own copy.
+        local = wd / "bin" / exe.name
+        if not local.exists():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(exe, local)
+            except OSError:
+                shutil.copy2(exe, local)
+        exe = local
+        _chown_tree(wd, *ids)
+        env["HOME"] = str(wd)
+    address = f"http://127.0.0.1:{http}"
+    started = time.monotonic()
+    proc = Proc(
+        "nomad" if ids is None else f"nomad (uid {ids[0]})",
+        [str(exe), "agent", "-dev", f"-config={conf}"],
+        log_file=wd / "nomad.log",
+        env=env,
+        cwd=wd,
+        user=ids[0] if ids else None,
+        group=ids[1] if ids else None,
+    )
+    try:
         wait_for(
             "nomad leader and a ready node",
             lambda: _ready_node(address),
@@ -138,16 +168,47 @@ def launch_nomad(*, workdir: Path | None = None, timeout: float = 90.0) -> Nomad
             interval=0.25,
             proc=proc,
         )
-        agent = NomadAgent(
-            workdir=wd, address=address, proc=proc, ready_seconds=time.monotonic() - started
-        )
     except BaseException:
-        if proc is not None:
-            proc.stop(timeout=5)
+        proc.stop(timeout=5)
+        raise
+    return NomadAgent(
+        workdir=wd, address=address, proc=proc, ready_seconds=time.monotonic() - started
+    )
+
+
+def launch_nomad(
+    *, workdir: Path | None = None, timeout: float = 90.0, run_as: str = ""
+) -> NomadAgent:
+    """Start the dev agent and wait for a leader and a ready node; the caller must stop it.
+
+    ``run_as`` (default ``$VKGATE_NOMAD_RUN_AS`` or ``auto``): ``root`` keeps the current user;
+    ``unprivileged`` runs the agent as ``nobody`` (``$VKGATE_NOMAD_USER``) when we are root, so
+    Nomad turns cgroups off; ``auto`` tries root first and falls back to unprivileged when the
+    agent dies on a cgroup error (cgroup v2 in a container: ``subtree_control: device or
+    resource busy``).  Measured here (cgroup v1, root): root works, cgroups under ``/nomad``.
+    """
+    mode = run_as or os.environ.get("VKGATE_NOMAD_RUN_AS", "auto")
+    if mode not in {"auto", "root", "unprivileged"}:
+        raise DevstackError(f"run_as must be auto, root or unprivileged, got {mode!r}")
+    exe = binary("nomad")
+    wd = workdir or Path(tempfile.mkdtemp(prefix="vkgate-nomad-"))
+    is_root = os.geteuid() == 0
+    try:
+        if mode == "unprivileged" and is_root:
+            return _start_once(exe, wd, timeout, _unprivileged_ids())
+        try:
+            return _start_once(exe, wd, timeout, None)
+        except DevstackError as exc:
+            if not (mode == "auto" and is_root and "cgroup" in str(exc).lower()):
+                raise
+            log.warning("nomad as root failed on cgroups; retrying as an unprivileged user")
+            for leftover in ("data", "alloc", "client"):
+                shutil.rmtree(wd / leftover, ignore_errors=True)
+            return _start_once(exe, wd, timeout, _unprivileged_ids())
+    except BaseException:
         if workdir is None:
             shutil.rmtree(wd, ignore_errors=True)
         raise
-    return agent
 
 
 @contextlib.contextmanager

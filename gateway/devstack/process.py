@@ -78,6 +78,8 @@ class Proc:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         die_with_parent: bool = True,
+        user: int | None = None,
+        group: int | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -93,6 +95,9 @@ class Proc:
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
                 start_new_session=True,
+                user=user,
+                group=group,
+                extra_groups=[] if user is not None else None,
                 # One libc call, no Python-level locks taken: safe enough with threads.
                 preexec_fn=_pdeathsig if die_with_parent and _prctl is not None else None,  # noqa: PLW1509
             )
