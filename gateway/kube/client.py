@@ -190,6 +190,10 @@ class RetryPolicy:
         return base
 
 
+#: For callers with their own retry loop.
+NO_RETRY = RetryPolicy(delays=())
+
+
 class TokenBucket:
     """Client-side rate limit: ``burst`` tokens, refilled at ``qps`` per second; qps <= 0 = off."""
 
@@ -322,9 +326,15 @@ class KubeClient:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
         content_type: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> dict[str, Any]:
-        """Send one request (with rate limit and retries) and return the decoded JSON body."""
+        """Send one request (with rate limit and retries) and return the decoded JSON body.
+
+        ``retry`` overrides the client's policy for this call (``NO_RETRY`` for callers that run
+        their own retry loop and want to see every failure).
+        """
         method = method.upper()
+        policy = retry or self.retry
         hdrs = dict(headers or {})
         content: bytes | None = None
         if json is not None:
@@ -355,15 +365,21 @@ class KubeClient:
                 err = error_from_status(
                     resp.status_code, resp.content, retry_after=resp.headers.get("Retry-After")
                 )
-            delay = self.retry.delay(method, attempt, err, self._rng)
+            delay = policy.delay(method, attempt, err, self._rng)
             if delay is None:
                 raise err
             log.debug("%s %s failed (%s); retry %d in %.2fs", method, path, err, attempt + 1, delay)
             attempt += 1
             await self.clock.sleep(delay)
 
-    async def get(self, path: str, *, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        return await self.request("GET", path, params=params)
+    async def get(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> dict[str, Any]:
+        return await self.request("GET", path, params=params, retry=retry)
 
     async def list(
         self, path: str, *, params: Mapping[str, Any] | None = None, limit: int = 500

@@ -34,7 +34,7 @@ from gateway.clock import Clock, SystemClock
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.backoff import Backoff
-from gateway.kube.client import KubeClient
+from gateway.kube.client import NO_RETRY, KubeClient
 from gateway.kube.errors import (
     ApiError,
     ApiUnavailable,
@@ -209,7 +209,7 @@ class NodeController:
 
     async def _check_lease_api(self) -> None:
         try:
-            discovery = await self.client.get(LEASE_API)
+            discovery = await self.client.get(LEASE_API, retry=NO_RETRY)
         except NotFound:
             discovery = {}
         names = {r.get("name") for r in discovery.get("resources") or []}
