@@ -434,8 +434,9 @@ class ZunClient:
 
     # -- capsules ------------------------------------------------------------------------
 
-    async def create_capsule(self, template: JSON) -> JSON:
-        resp = await self.request("POST", "/capsules", json={"template": template})
+    async def create_capsule(self, body: JSON) -> JSON:
+        """``body`` is ``{"template": {…}}`` as rendered by ``zun/capsule.j2``."""
+        resp = await self.request("POST", "/capsules", json=body)
         return dict(resp.json())
 
     async def get_capsule(self, ident: str) -> JSON:

@@ -65,8 +65,8 @@ _RESTART = {"Always": "always", "OnFailure": "on-failure", "Never": "no"}
 
 @dataclass(frozen=True)
 class ZunSpec:
-    """What to submit: ``kind`` is ``container`` or ``capsule``; ``body`` the rendered JSON
-    (for a capsule, the value of ``template``)."""
+    """What to submit: ``kind`` is ``container`` or ``capsule``; ``body`` the rendered JSON,
+    sent as is (a capsule's is ``{"template": {…}}``)."""
 
     kind: str
     name: str
@@ -371,23 +371,28 @@ class SpecBuilder:
     # -- rendering -----------------------------------------------------------------------
 
     def template_for(self, pod: ResolvedPod, kind: str) -> str:
-        """``zun/<kind>.j2``, or the pod's team template (which may ``{% extends %}`` either
-        base: it receives ``backend_info.kind``)."""
-        if pod.template:
-            return pod.template if "/" in pod.template else f"zun/{pod.template}"
-        return f"zun/{kind}.j2"
+        """``zun/<kind>.j2`` unless the renderer's lookup (annotation ``vkgate.io/template``,
+        team template ``teams/<team>/zun/<kind>.j2``) picks another; a requested template
+        serves both kinds and may ``{% extends "zun/" ~ backend_info.kind ~ ".j2" %}``."""
+        default = f"zun/{kind}.j2"
+        select = getattr(self.renderer, "select", None)
+        if select is not None:
+            return str(select(pod, backend="zun", default=default).name)
+        return pod.template or default
 
-    def build(self, pod: ResolvedPod, features: Mapping[str, bool]) -> ZunSpec:
+    async def build(self, pod: ResolvedPod, features: Mapping[str, Any]) -> ZunSpec:
         info = self.backend_info(pod, features)
         kind = info["kind"]
         template = self.template_for(pod, kind)
-        # Sidecars run as ordinary capsule containers; the template sees one list.
         context = pod_context(pod, backend="zun", settings=self.settings, extra=info)
-        if kind == "capsule":
-            sidecars = context.pop("sidecars")
-            context["containers"] = context["containers"] + sidecars
+        if kind == "capsule":  # sidecars run as ordinary capsule containers: one list
+            context["containers"] = context["containers"] + context["sidecars"]
             context["sidecars"] = []
-        body = self.renderer.render(template, context)
+        arender = getattr(self.renderer, "arender", None)
+        if arender is not None:
+            body = await arender(template, context)
+        else:
+            body = self.renderer.render(template, context)
         validate_body(kind, body, template)
         return ZunSpec(kind=kind, name=info["name"], body=body, template=template)
 
@@ -401,17 +406,22 @@ def validate_body(kind: str, body: Any, template: str) -> None:
             if not isinstance(body.get(key), str) or not body[key]:
                 raise TranslationError(f"missing string {key!r}", template=template, field=key)
         return
-    if str(body.get("kind", "")).lower() != "capsule":
-        raise TranslationError('capsule template needs "kind": "capsule"', template=template)
-    containers = (body.get("spec") or {}).get("containers")
+    tpl = body.get("template")
+    if not isinstance(tpl, dict) or str(tpl.get("kind", "")).lower() != "capsule":
+        raise TranslationError(
+            'capsule output must be {"template": {"kind": "capsule", …}}',
+            template=template,
+            field="template.kind",
+        )
+    containers = (tpl.get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
         raise TranslationError(
-            "capsule needs spec.containers", template=template, field="spec.containers"
+            "capsule needs spec.containers", template=template, field="template.spec.containers"
         )
     for i, c in enumerate(containers):
         if not isinstance(c, dict) or not c.get("image"):
             raise TranslationError(
                 "capsule container without image",
                 template=template,
-                field=f"spec.containers[{i}].image",
+                field=f"template.spec.containers[{i}].image",
             )

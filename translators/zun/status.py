@@ -2,7 +2,7 @@
 
 zun.md §5 is the table this module implements.  A few decisions the table leaves open:
 
-* **Exit codes** come from ``status_detail`` (``Exited(3) 2 mins ago``).  A ``Stopped``
+* **Exit codes** come from ``status_detail`` (``Exited(3) 2 mins ago``, ``Restarting (3) …``).  A ``Stopped``
   container whose detail has no parsable code is reported as exit code 1 with reason
   ``Unknown`` and the raw detail as message: a false "Succeeded" would be worse than a visible
   failure (the old provider always reported 0).
@@ -47,7 +47,7 @@ from translators.zun.spec import (
     LABEL_UID,
 )
 
-_EXITED = re.compile(r"Exited\s*\(\s*(-?\d+)\s*\)", re.IGNORECASE)
+_EXITED = re.compile(r"(?:Exited|Restarting)\s*\(\s*(-?\d+)\s*\)", re.IGNORECASE)
 _IMAGE_PROBLEM = re.compile(
     r"image\b.*\b(not found|could not be found|not exist|does not exist)"
     r"|pull access denied|manifest (for .* )?unknown|ImageNotFound|repository does not exist",

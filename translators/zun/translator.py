@@ -260,7 +260,7 @@ class ZunTranslator:
 
     async def create(self, pod: ResolvedPod) -> WorkloadState:
         await self._negotiated()
-        spec = self.specs.build(pod, self._flags())
+        spec = await self.specs.build(pod, self._flags())
         existing = await self._existing(pod.ref, spec.kind, spec.name)
         if existing is not None:
             return existing

@@ -1,0 +1,71 @@
+"""Fixtures for the Zun contract tests: the stateful fake OpenStack and translators bound to it.
+
+One time source: the gateway's ``FakeClock`` drives both the fake (its transitions) and the
+translator (its sleeps), so ``await clock.advance(s)`` moves the whole world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from fake_zun import FakeOpenStack
+
+from gateway.clock import FakeClock
+from translators.base import TranslatorContext
+from translators.zun import ZunTranslator
+
+NODE = "vk-zun"
+
+
+def os_env(fake: FakeOpenStack) -> dict[str, str]:
+    return {
+        "OS_AUTH_URL": fake.auth_url,
+        "OS_USERNAME": fake.username,
+        "OS_PASSWORD": fake.password,
+        "OS_PROJECT_NAME": fake.project_name,
+        "OS_USER_DOMAIN_NAME": "Default",
+        "OS_PROJECT_DOMAIN_NAME": "Default",
+        "OS_REGION_NAME": fake.region,
+    }
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(clock: FakeClock) -> FakeOpenStack:
+    return FakeOpenStack(clock=clock.monotonic)
+
+
+MakeTranslator = Callable[..., Awaitable[ZunTranslator]]
+
+
+@pytest.fixture
+async def make_translator(fake: FakeOpenStack, clock: FakeClock) -> AsyncIterator[MakeTranslator]:
+    made: list[ZunTranslator] = []
+
+    async def make(*, node: str = NODE, environ: dict[str, str] | None = None, **settings: Any) -> ZunTranslator:
+        settings.setdefault("retry_backoff", [0.1, 0.2])
+        t = ZunTranslator(
+            TranslatorContext(node_name=node, settings=settings),
+            transport=fake.transport(),
+            clock=clock,
+            environ=os_env(fake) if environ is None else environ,
+            requests_session=fake.requests_session(),
+        )
+        await t.start()
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        await t.close()
+
+
+@pytest.fixture
+async def zun(make_translator: MakeTranslator) -> ZunTranslator:
+    return await make_translator()
