@@ -37,6 +37,7 @@ from typing import Any, Literal, TypedDict
 import httpx
 
 from gateway.clock import Clock, SystemClock
+from gateway.config import KubeSettings
 from gateway.errors import StartupError
 from gateway.kube.errors import ApiError, error_from_status, error_from_transport
 
@@ -289,7 +290,7 @@ class KubeClient:
     # -- construction ------------------------------------------------------------------
 
     @classmethod
-    def from_settings(cls, s: Any, **kwargs: Any) -> KubeClient:
+    def from_settings(cls, s: KubeSettings, **kwargs: Any) -> KubeClient:
         """From ``gateway.config.KubeSettings`` (kubeconfig, context, qps, burst, timeout)."""
         config = load_config(s.kubeconfig, context=s.context)
         return cls(config, qps=s.qps, burst=s.burst, timeout=s.timeout, **kwargs)

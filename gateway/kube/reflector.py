@@ -113,8 +113,11 @@ class Reflector:
                 self.counts["gone"] += 1
                 log.info("watch %s: resourceVersion too old (%s); relisting", self.path, exc)
                 need_list = True
-                failures = 0
-                continue
+                if self.clock.monotonic() - started >= MIN_HEALTHY_WATCH:
+                    failures = 0
+                    continue
+                failures += 1  # 410 right after a fresh list: do not spin list+watch
+                delay = self.backoff.delay(failures, self._rng)
             except ApiError as exc:
                 self.counts["errors"] += 1
                 failures += 1

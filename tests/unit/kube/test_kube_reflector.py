@@ -174,9 +174,12 @@ async def test_bookmark_moves_rv_and_next_watch_starts_there(
     assert server.list_calls == 1  # no relist for a clean close
 
 
-async def test_gone_error_event_relists_and_synthesizes_deletes(running, server: WatchServer):
+async def test_gone_error_event_relists_and_synthesizes_deletes(
+    running, server: WatchServer, clock: FakeClock
+):
     refl, rec = running
     rec.events.clear()
+    await advance(clock, 2)
     # while we were away: a deleted, b modified, d added
     server.lists = [
         {"items": [pod("b", "30"), pod("d", "31")], "metadata": {"resourceVersion": "40"}}
@@ -198,6 +201,7 @@ async def test_http_410_on_watch_relists(server: WatchServer, clock: FakeClock, 
     refl, rec = running
     rec.events.clear()
     server.watch_errors = [410]
+    await advance(clock, 2)
     server.close()
     await advance(clock, 1)
     assert server.list_calls == 2
@@ -205,9 +209,12 @@ async def test_http_410_on_watch_relists(server: WatchServer, clock: FakeClock, 
     assert rec.events == []  # nothing changed, nothing reported
 
 
-async def test_relist_detects_recreated_object_by_uid(running, server: WatchServer):
+async def test_relist_detects_recreated_object_by_uid(
+    running, server: WatchServer, clock: FakeClock
+):
     _, rec = running
     rec.events.clear()
+    await advance(clock, 2)
     server.lists = [
         {
             "items": [pod("a", "1", uid="new-uid"), pod("b", "2")],
@@ -314,3 +321,16 @@ async def test_watch_closed_at_once_repeatedly_backs_off_instead_of_spinning(
     with pytest.raises(asyncio.CancelledError):
         await task
     await client.aclose()
+
+
+async def test_repeated_gone_right_after_list_backs_off(
+    running, server: WatchServer, clock: FakeClock
+):
+    refl, _ = running
+    server.watch_errors = [410] * 100
+    await advance(clock, 2)
+    server.close()
+    await advance(clock, 10, step=0.1)
+    # backoff 0.5, 1, 2, 4 … between relists instead of a list+watch spin
+    assert 3 <= server.list_calls <= 7
+    assert refl.counts["gone"] == server.list_calls - 1
