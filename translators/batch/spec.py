@@ -161,8 +161,23 @@ class TaskBuilder:
 
     # -- public --------------------------------------------------------------------------
 
-    def build(self, pod: ResolvedPod, *, pool: PoolInfo | None = None) -> list[JSON]:
+    def template_for(self, pod: ResolvedPod) -> str:
+        """The task template ``pod`` renders with: annotation / team / default (the
+        renderer's lookup order), default ``task_template``."""
+        select = getattr(self.renderer, "select", None)
+        if select is None:
+            return pod.template or self.settings.task_template
+        choice = select(pod, backend="batch", default=self.settings.task_template)
+        return str(choice.name)
+
+    def build(
+        self, pod: ResolvedPod, *, pool: PoolInfo | None = None, template: str = ""
+    ) -> list[JSON]:
+        """Init tasks (in order) then the main task, rendered and validated.  Blocking (the
+        renderer runs templates under its limits); async callers use a thread."""
         from translators.rendering import pod_context
+
+        template = template or self.template_for(pod)
 
         self._check_pod(pod)
         spec = pod.pod.get("spec", {}) or {}
@@ -202,7 +217,7 @@ class TaskBuilder:
                 vm=vm,
                 spec=spec,
             )
-            tasks.append(self._render(context, task, index=i, role="init", secrets=secrets))
+            tasks.append(self._render(context, task, template=template, secrets=secrets))
         main = pod.containers[0]
         name = TaskName(pod.namespace, pod.name, pod.uid, main.name)
         task = self._task(
@@ -216,7 +231,7 @@ class TaskBuilder:
             vm=vm,
             spec=spec,
         )
-        tasks.append(self._render(context, task, index=0, role="main", secrets=secrets))
+        tasks.append(self._render(context, task, template=template, secrets=secrets))
         return tasks
 
     # -- checks --------------------------------------------------------------------------
@@ -399,9 +414,7 @@ class TaskBuilder:
 
     # -- render + validate -----------------------------------------------------------------
 
-    def _render(
-        self, context: JSON, task: JSON, *, index: int, role: str, secrets: list[str]
-    ) -> JSON:
+    def _render(self, context: JSON, task: JSON, *, template: str, secrets: list[str]) -> JSON:
         ctx = dict(context)
         ctx["task"] = task
         ctx["container"] = next(
@@ -412,7 +425,6 @@ class TaskBuilder:
             ),
             {},
         )
-        template = self.settings.task_template
         out = self.renderer.render(template, ctx)
         validate_task(out, template=template, secrets=secrets)
         result: JSON = out

@@ -185,10 +185,20 @@ def _completed(task: JSON, name: str, cid: str, retries: int) -> ContainerState:
             restart_count=retries,
             container_id=cid,
         )
+    if code.lower() in ("taskended", "taskterminated"):  # terminate_task (az batch task stop)
+        return ContainerState(
+            name=name,
+            state="terminated",
+            exit_code=int(exit_code) if exit_code is not None else 137,
+            reason="Terminated",
+            message=message or "the task was terminated",
+            started_at=started,
+            finished_at=finished,
+            restart_count=retries,
+            container_id=cid,
+        )
     if exit_code is not None:
         reason = "DeadlineExceeded" if "wallclock" in code.lower() else "Error"
-        if code.lower() in ("taskended", "taskterminated"):
-            reason = "Terminated"
         return ContainerState(
             name=name,
             state="terminated",
@@ -201,7 +211,15 @@ def _completed(task: JSON, name: str, cid: str, retries: int) -> ContainerState:
             container_id=cid,
         )
     image = code.lower() in IMAGE_CODES or "image" in code.lower()
-    detail = container_error or message or "the task could not be started"
+    parts: list[str] = []
+    for text in (
+        message,
+        container_error,
+        *(str(d.get("value", "")) for d in fi.get("details") or [] if isinstance(d, dict)),
+    ):
+        if text and text not in parts:
+            parts.append(text)
+    detail = "; ".join(parts) or "the task could not be started"
     return ContainerState(
         name=name,
         state="terminated",

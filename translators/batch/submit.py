@@ -1,9 +1,11 @@
 """Burst submission through add-task-collection.
 
-Every ``create`` of the translator hands its tasks (init tasks + main task of one pod) to one
+Every ``create`` of the translator takes a reservation first (``reserve()``, before its first
+``await``), renders its tasks (init tasks + main task of one pod) and hands them to one
 ``CollectionSubmitter``.  Creates that arrive together — the pod workers run concurrently — are
-coalesced: the flusher lets the event loop settle (plus ``linger`` seconds), then packs everything
-queued into chunks that respect the service limits (≤ ``max_tasks`` tasks, serialized body ≤
+coalesced: the flusher waits while reserved creates are still rendering (or until a full chunk is
+queued), lets the event loop settle (plus ``linger`` seconds), then packs everything queued into
+chunks that respect the service limits (≤ ``max_tasks`` tasks, serialized body ≤
 ``max_bytes``) and sends one add-task-collection call per chunk.  So 250 pods created at once cost
 3 calls, not 250.  How many creates arrive together is bounded by the gateway's pod workers
 (``[pods] workers``); raise it for bursty Batch nodes.
@@ -17,6 +19,7 @@ service's ``{status, taskId, error}`` entry, or the ``BackendError`` that failed
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +54,29 @@ def plan_chunks(tasks: Sequence[JSON], *, max_tasks: int, max_bytes: int) -> lis
     return chunks
 
 
+class Reservation:
+    """A create that will submit soon; the flusher waits for it (see ``reserve``)."""
+
+    def __init__(self, owner: CollectionSubmitter) -> None:
+        self._owner = owner
+        self._open = True
+
+    def release(self) -> None:
+        if self._open:
+            self._open = False
+            self._owner._building -= 1
+            self._owner._changed.set()
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    async def submit(self, tasks: list[JSON]) -> dict[str, Result]:
+        return await self._owner.submit(tasks, reservation=self)
+
+
 @dataclass
 class _Pending:
     tasks: list[JSON]
@@ -74,26 +100,60 @@ class CollectionSubmitter:
         self._sleep = sleep
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._building = 0
+        self._changed = asyncio.Event()
+        #: Longest real wait for reserved creates before sending what is queued.
+        self.max_wait = 2.0
 
-    async def submit(self, tasks: list[JSON]) -> dict[str, Result]:
+    def reserve(self) -> Reservation:
+        """Announce a create that is about to render; call before its first ``await``."""
+        self._building += 1
+        return Reservation(self)
+
+    async def submit(
+        self, tasks: list[JSON], *, reservation: Reservation | None = None
+    ) -> dict[str, Result]:
         """Queue one pod's tasks; resolves with a result per task id once they were sent."""
         future: asyncio.Future[dict[str, Result]] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(list(tasks), future))
+        if reservation is not None:
+            reservation.release()
+        self._changed.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
         return await future
 
+    def _queued_tasks(self) -> int:
+        return sum(len(p.tasks) for p in self._queue)
+
     async def _flush(self) -> None:
-        while True:  # let every create that is already runnable join this batch
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait
+        while self._queued_tasks() < self.max_tasks:  # a full chunk goes at once
             seen = len(self._queue)
             for _ in range(3):
                 await asyncio.sleep(0)
             if self.linger > 0:
                 await self._sleep(self.linger)
+            if self._building > 0 and loop.time() < deadline:
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), deadline - loop.time())
+                continue
             if len(self._queue) == seen:
                 break
-        batch, self._queue = self._queue, []
-        self._flusher = None
+        if self._building > 0 and self._queued_tasks() >= self.max_tasks:
+            # More creates are rendering: send one full chunk now, the rest joins them.
+            batch: list[_Pending] = []
+            count = 0
+            while self._queue and (
+                not batch or count + len(self._queue[0].tasks) <= self.max_tasks
+            ):
+                count += len(self._queue[0].tasks)
+                batch.append(self._queue.pop(0))
+        else:
+            batch, self._queue = self._queue, []
+        self._flusher = asyncio.create_task(self._flush()) if self._queue else None
         results: dict[str, Result] = {}
         try:
             tasks = [t for p in batch for t in p.tasks]

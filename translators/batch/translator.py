@@ -222,20 +222,25 @@ class BatchTranslator:
     async def _send_collection(self, tasks: list[JSON]) -> list[JSON]:
         return await self.api.add_collection(self.job_id, tasks)
 
+    def render_spec(self, pod: ResolvedPod) -> JSON:
+        """The add-task-collection body ``create`` would send (offline: settings only)."""
+        return {"value": self.builder.build(pod, pool=self.nodes.pool)}
+
     async def create(self, pod: ResolvedPod) -> WorkloadState:
-        if self.nodes.pool is None:
-            with contextlib.suppress(BackendError):  # requiredSlots falls back to settings
-                await self.nodes.refresh_pool()
-        tasks = self.builder.build(pod, pool=self.nodes.pool)
-        await self._ensure_job()
-        if len(tasks) > 1 and not self._job_deps:
-            raise UnsupportedError(
-                f"Azure Batch job {self.job_id} was created without usesTaskDependencies, which "
-                f"init containers need",
-                reason="Unsupported",
-                field="spec.initContainers",
-            )
-        results = await self.submitter.submit(tasks)
+        with self.submitter.reserve() as slot:  # before any await: bursts share calls
+            if self.nodes.pool is None:
+                with contextlib.suppress(BackendError):  # requiredSlots falls back to settings
+                    await self.nodes.refresh_pool()
+            tasks = await asyncio.to_thread(self.builder.build, pod, pool=self.nodes.pool)
+            await self._ensure_job()
+            if len(tasks) > 1 and not self._job_deps:
+                raise UnsupportedError(
+                    f"Azure Batch job {self.job_id} was created without usesTaskDependencies, "
+                    f"which init containers need",
+                    reason="Unsupported",
+                    field="spec.initContainers",
+                )
+            results = await slot.submit(tasks)
         if any(
             isinstance(r, BackendNotFound) and "JobNotFound" in str(r) for r in results.values()
         ):
