@@ -35,6 +35,7 @@ from gateway.kube.client import KubeClient
 from gateway.kube.events import EventRecorder
 from gateway.logging_setup import setup_logging
 from gateway.node.controller import NodeController
+from gateway.pods.controller import PodController
 from translators.base import Translator, TranslatorContext
 
 log = logging.getLogger("gateway.app")
@@ -42,7 +43,7 @@ log = logging.getLogger("gateway.app")
 ENTRY_POINT_GROUP = "vkgate.translators"
 
 
-def load_translator(settings: Settings) -> Translator:
+def load_translator(settings: Settings, *, renderer: Any = None) -> Translator:
     """Import only the configured backend (others may lack their optional dependencies)."""
     kind = settings.backend.kind
     found = entry_points(group=ENTRY_POINT_GROUP, name=kind)
@@ -59,12 +60,12 @@ def load_translator(settings: Settings) -> Translator:
             f"backend.kind = {kind!r}: cannot import {ep.value} ({exc}); "
             f"install its extra: pip install 'vkgate[{kind}]'"
         ) from exc
-    from translators.rendering import Renderer
+    from gateway.templates_source import renderer_from_settings
 
     ctx = TranslatorContext(
         node_name=settings.node.name,
         settings=settings.backend.table(),
-        renderer=Renderer(extra_dirs=settings.templates.dirs),
+        renderer=renderer if renderer is not None else renderer_from_settings(settings.templates),
     )
     try:
         translator: Translator = factory(ctx)
@@ -85,15 +86,41 @@ class App:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.kube = kube or KubeClient.from_settings(settings.kube, clock=self.clock)
-        self.translator = translator or load_translator(settings)
+        from gateway.templates_source import TemplatesSource, renderer_from_settings
+
+        #: The template renderer the translator uses (ConfigMap templates land in its overlay).
+        self.renderer = renderer_from_settings(settings.templates)
+        self.translator = translator or load_translator(settings, renderer=self.renderer)
         self.events = EventRecorder(
             self.kube, component="vkgate", host=settings.node.name, clock=self.clock
         )
+        #: Live templates from ConfigMaps (templates.configmap_namespace), when configured.
+        self.templates: Any = None
+        if settings.templates.configmap_namespace:
+            self.templates = TemplatesSource(
+                self.kube,
+                self.renderer,
+                namespace=settings.templates.configmap_namespace,
+                events=self.events,
+                backend=settings.backend.kind,
+                backend_settings=settings.backend.table(),
+                clock=self.clock,
+            )
         self.node = NodeController(
             self.kube, self.translator, settings, clock=self.clock, events=self.events
         )
-        #: gateway.pods PodController (the pods helper wires it here).
-        self.pods: Any = None
+        #: gateway.pods PodController: pod lifecycle; the kubelet server reads its pod cache.
+        self.pods: Any = PodController(
+            self.kube,
+            self.translator,
+            self.events,
+            settings,
+            clock=self.clock,
+            host_ip=lambda: self.node.internal_ip,
+            allocatable=lambda: (
+                ((self.node.node or {}).get("status") or {}).get("allocatable") or {}
+            ),
+        )
         #: gateway.kubelet server (the kubelet helper wires it here).
         self.kubelet: Any = None
         self._stop = asyncio.Event()
@@ -101,7 +128,7 @@ class App:
 
     def components(self) -> list[Any]:
         """Optional components, in start order (each has async start()/stop())."""
-        return [c for c in (self.pods, self.kubelet) if c is not None]
+        return [c for c in (self.templates, self.pods, self.kubelet) if c is not None]
 
     async def start(self) -> None:
         await self.translator.start()

@@ -41,13 +41,9 @@ from translators.rendering import BACKENDS, Renderer, mask_secrets
 
 def renderer_for(settings: cfg.Settings, *, extra_dirs: list[str] | None = None) -> Renderer:
     """A renderer configured like the agent's, without the ConfigMap overlay."""
-    t = settings.templates
-    return Renderer(
-        extra_dirs=[*(extra_dirs or []), *t.dirs],
-        allowed=t.allowed,
-        teams=t.teams,
-        defaults=t.default,
-    )
+    from gateway.templates_source import renderer_from_settings
+
+    return renderer_from_settings(settings.templates, extra_dirs=extra_dirs or [])
 
 
 def _settings(path: str | None) -> cfg.Settings:

@@ -157,8 +157,19 @@ class TemplatesSource:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
-    async def start(self) -> None:
+    async def start(self, *, sync_timeout: float = 10.0) -> None:
+        """Start watching; wait (up to ``sync_timeout``) for the first list to be applied, so
+        the first pods already render with the ConfigMap templates."""
         self._task = asyncio.create_task(self.reflector.run(self.handle), name="templates-source")
+        try:
+            await asyncio.wait_for(self.reflector.synced.wait(), sync_timeout)
+        except TimeoutError:
+            log.warning(
+                "template ConfigMaps in %s not listed after %.0fs; continuing with the "
+                "templates loaded so far",
+                self.namespace,
+                sync_timeout,
+            )
 
     async def wait_synced(self) -> None:
         await self.reflector.synced.wait()
