@@ -48,7 +48,9 @@ MakeTranslator = Callable[..., Awaitable[ZunTranslator]]
 async def make_translator(fake: FakeOpenStack, clock: FakeClock) -> AsyncIterator[MakeTranslator]:
     made: list[ZunTranslator] = []
 
-    async def make(*, node: str = NODE, environ: dict[str, str] | None = None, **settings: Any) -> ZunTranslator:
+    async def make(
+        *, node: str = NODE, environ: dict[str, str] | None = None, **settings: Any
+    ) -> ZunTranslator:
         settings.setdefault("retry_backoff", [0.1, 0.2])
         t = ZunTranslator(
             TranslatorContext(node_name=node, settings=settings),

@@ -289,6 +289,11 @@ class FakeOpenStack:
             self._manual = target
             self._tick(target)
 
+    def sync(self) -> None:
+        """Apply the transitions due by now (they are otherwise applied on each request)."""
+        with self._lock:
+            self._tick(self.now())
+
     def _next_due(self) -> float | None:
         dues = [p.due for p in self._priv.values() if p.due is not None]
         dues += [c["due"] for c in self._cap_priv.values() if c.get("due") is not None]
@@ -1007,7 +1012,9 @@ class FakeOpenStack:
             out.pop("entrypoint", None)
         return out
 
-    def _schedule(self, c: dict[str, Any], what: str, delay: float, base: float | None = None) -> None:
+    def _schedule(
+        self, c: dict[str, Any], what: str, delay: float, base: float | None = None
+    ) -> None:
         p = self._priv[c["uuid"]]
         p.next = what
         p.due = (self.now() if base is None else base) + delay

@@ -44,7 +44,9 @@ async def test_never_pod_exit_3_is_failed_with_exit_code_3(
     assert c.container_id == f"zun://{sent['uuid']}"
 
 
-async def test_never_pod_exit_0_is_succeeded(zun: ZunTranslator, fake: FakeOpenStack, clock: FakeClock) -> None:
+async def test_never_pod_exit_0_is_succeeded(
+    zun: ZunTranslator, fake: FakeOpenStack, clock: FakeClock
+) -> None:
     fake.script("busybox:1.36", run_seconds=1, exit_code=0)
     await zun.create(resolved_pod(simple_pod("ok")))
     await clock.advance(5)
@@ -92,7 +94,9 @@ async def test_always_pod_exiting_0_is_restarted_and_counted(
     for _ in range(10):
         await clock.advance(1)
         (st,) = await zun.list()
-        seen.append((st.containers[0].state, st.containers[0].reason, st.containers[0].restart_count))
+        seen.append(
+            (st.containers[0].state, st.containers[0].reason, st.containers[0].restart_count)
+        )
     assert ("waiting", "CrashLoopBackOff", 1) in seen
     assert seen[-1][0] == "running" and seen[-1][2] >= 1
     assert st.phase is Phase.RUNNING
@@ -101,7 +105,7 @@ async def test_always_pod_exiting_0_is_restarted_and_counted(
 async def test_image_pull_error_fails_the_pod_with_err_image_pull(
     zun: ZunTranslator, fake: FakeOpenStack, clock: FakeClock
 ) -> None:
-    reason = "Docker internal error: 404 Client Error: Not Found (\"pull access denied for nosuch, repository does not exist\")"
+    reason = 'Docker internal error: 404 Client Error: Not Found ("pull access denied for nosuch, repository does not exist")'
     fake.script("nosuch:latest", pull_error=reason)
     await zun.create(resolved_pod(simple_pod("bad", "nosuch:latest")))
     await clock.advance(2)

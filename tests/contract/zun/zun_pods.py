@@ -19,7 +19,15 @@ from translators.base import (
     VolumeMount,
 )
 
-VOLUME_KINDS = ("configMap", "secret", "emptyDir", "projected", "downwardAPI", "hostPath", "persistentVolumeClaim")
+VOLUME_KINDS = (
+    "configMap",
+    "secret",
+    "emptyDir",
+    "projected",
+    "downwardAPI",
+    "hostPath",
+    "persistentVolumeClaim",
+)
 
 
 def _container(c: Mapping[str, Any], role: str, resolved: Mapping[str, str]) -> ResolvedContainer:
@@ -63,16 +71,23 @@ def resolved_pod(
     spec.setdefault("restartPolicy", "Always")
     env = env or {}
     files = files or {}
-    containers = tuple(_container(c, "main", env.get(c["name"], {})) for c in spec.get("containers") or [])
+    containers = tuple(
+        _container(c, "main", env.get(c["name"], {})) for c in spec.get("containers") or []
+    )
     inits = tuple(
-        _container(c, "sidecar" if c.get("restartPolicy") == "Always" else "init", env.get(c["name"], {}))
+        _container(
+            c, "sidecar" if c.get("restartPolicy") == "Always" else "init", env.get(c["name"], {})
+        )
         for c in spec.get("initContainers") or []
     )
     volumes = []
     for v in spec.get("volumes") or []:
         kind = next((k for k in VOLUME_KINDS if k in v), "unknown")
         body = v.get(kind) or {}
-        vf = tuple(VolumeFile(path=p, content=t.encode(), secret=kind == "secret") for p, t in files.get(v["name"], {}).items())
+        vf = tuple(
+            VolumeFile(path=p, content=t.encode(), secret=kind == "secret")
+            for p, t in files.get(v["name"], {}).items()
+        )
         volumes.append(
             ResolvedVolume(
                 name=v["name"],
