@@ -138,9 +138,12 @@ class Proc:
         # Stragglers go too: the group, and anything still in the child's session (Nomad puts
         # raw_exec tasks in their own process groups, but they stay in its session).
         self._signal_group(signal.SIGKILL)
-        for pid in session_members(self.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while (members := session_members(self.pid)) and time.monotonic() < deadline:
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)  # SIGKILL is delivered asynchronously; wait until they are gone
         self._log.close()
         with _live_lock:
             _live.discard(self)

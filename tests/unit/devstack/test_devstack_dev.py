@@ -1,0 +1,52 @@
+"""`vkgate dev` building blocks that need no servers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import build_parser
+from gateway.config import ConfigError
+from gateway.devstack import dev
+
+
+def test_sample_pod_is_bound_and_runs_a_shell() -> None:
+    pod = dev.sample_pod("vk-dev")
+    assert pod["spec"]["nodeName"] == "vk-dev"
+    container = pod["spec"]["containers"][0]
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    assert "hello from vkgate" in container["command"][2]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+
+
+def test_user_settings_merge_file_and_sets_but_keep_dev_credentials(tmp_path: Path) -> None:
+    conf = tmp_path / "vkgate.toml"
+    conf.write_text('[node]\nlabels = { team = "a" }\n[kube]\nkubeconfig = "/elsewhere"\n')
+    args = build_parser().parse_args(
+        ["dev", "-c", str(conf), "--set", "node.capacity.pods=7", "--log-level", "debug"]
+    )
+    got = dev._user_settings(args)
+    assert got["node"] == {"labels": {"team": "a"}, "capacity": {"pods": "7"}}
+    assert got["log"] == {"level": "debug"}
+    assert "kube" not in got  # the dev cluster's kubeconfig always wins
+
+
+def test_user_settings_bad_toml_names_the_file(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.toml"
+    conf.write_text("[node\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml"):
+        dev._user_settings(argparse.Namespace(config=str(conf), set=[]))
+
+
+def test_missing_binaries_without_go_fail_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VKGATE_CACHE", str(tmp_path))
+    monkeypatch.setattr(dev.build, "go_available", lambda: False)
+    args = build_parser().parse_args(["dev", "--backend-dev", "simulated", "--no-wait"])
+    assert dev.main(args) == 1
+    out = capsys.readouterr().out
+    assert "cannot build etcd, kube-apiserver" in out
+    assert "Go 1.26" in out
