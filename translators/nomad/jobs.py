@@ -77,6 +77,8 @@ from translators.nomad.config import NomadConfig
 from translators.quantity import cpu_millis, parse_quantity
 from translators.rendering import pod_context
 
+JSON = dict[str, Any]
+
 NS = 1_000_000_000
 MAX_ID = 128
 GROUP = "pod"
@@ -498,6 +500,47 @@ def _secret_values(pod: ResolvedPod) -> set[str]:
     return {s for s in values if len(s) >= 4}
 
 
+def template_for(pod: ResolvedPod, *, renderer: Any, cfg: NomadConfig) -> str:
+    """The renderer's lookup (annotation ``vkgate.io/template``, team template, default) with
+    ``template`` from the settings as the backend default."""
+    select = getattr(renderer, "select", None)
+    if select is not None:
+        return str(select(pod, backend="nomad", default=cfg.template).name)
+    return pod.template or cfg.template
+
+
+def finish_job(out: Any, pod: ResolvedPod, *, info: Mapping[str, Any], template: str) -> JSON:
+    """Check a rendered job and re-assert identity and ownership (``{"Job": {...}}``)."""
+    job = out.get("Job", out) if isinstance(out, dict) else None
+    if not isinstance(job, dict) or not isinstance(job.get("TaskGroups"), list):
+        raise TranslationError(
+            "output must be a Nomad job object with TaskGroups", template=template, field="Job"
+        )
+    if job.get("ID") != info["job_id"]:
+        raise TranslationError(
+            f"Job.ID must be {info['job_id']!r} (vkgate's identity for this pod), "
+            f"got {job.get('ID')!r}",
+            template=template,
+            field="Job.ID",
+        )
+    meta = job.get("Meta") or {}
+    if not isinstance(meta, dict):
+        raise TranslationError("Job.Meta must be an object", template=template, field="Job.Meta")
+    meta = {str(k): str(v) for k, v in meta.items()}
+    meta.update(info["meta"])
+    secrets = _secret_values(pod)
+    for k, v in meta.items():
+        if any(s in v for s in secrets):
+            raise TranslationError(
+                f"Job.Meta[{k!r}] contains a Secret value; secrets must never go into Meta",
+                template=template,
+                field="Job.Meta",
+            )
+    job["Meta"] = meta
+    job.setdefault("Namespace", info["namespace"])
+    return {"Job": job}
+
+
 def render_job(
     pod: ResolvedPod,
     *,
@@ -506,36 +549,8 @@ def render_job(
     settings: Mapping[str, Any],
     factor: float,
     template: str = "",
-) -> dict[str, Any]:
-    """Render the pod's job (``{"Job": {...}}``) and enforce identity and ownership."""
-    name = template or pod.template or cfg.template
+) -> JSON:
+    """Render the pod's job synchronously (offline use: golden files, ``vkgate render``)."""
+    name = template or template_for(pod, renderer=renderer, cfg=cfg)
     ctx = context(pod, cfg=cfg, settings=settings, factor=factor)
-    out = renderer.render(name, ctx)
-    job = out.get("Job", out) if isinstance(out, dict) else None
-    if not isinstance(job, dict) or not isinstance(job.get("TaskGroups"), list):
-        raise TranslationError(
-            "output must be a Nomad job object with TaskGroups", template=name, field="Job"
-        )
-    info = ctx["backend_info"]
-    if job.get("ID") != info["job_id"]:
-        raise TranslationError(
-            f"Job.ID must be {info['job_id']!r} (vkgate's identity for this pod), got {job.get('ID')!r}",
-            template=name,
-            field="Job.ID",
-        )
-    meta = job.get("Meta") or {}
-    if not isinstance(meta, dict):
-        raise TranslationError("Job.Meta must be an object", template=name, field="Job.Meta")
-    meta = {str(k): str(v) for k, v in meta.items()}
-    meta.update(info["meta"])
-    secrets = _secret_values(pod)
-    for k, v in meta.items():
-        if any(s in v for s in secrets):
-            raise TranslationError(
-                f"Job.Meta[{k!r}] contains a Secret value; secrets must never go into Meta",
-                template=name,
-                field="Job.Meta",
-            )
-    job["Meta"] = meta
-    job.setdefault("Namespace", info["namespace"])
-    return {"Job": job}
+    return finish_job(renderer.render(name, ctx), pod, info=ctx["backend_info"], template=name)

@@ -11,7 +11,8 @@ no allocation             Pending; containers waiting ``ContainerCreating``; wit
 ``pending``               Pending (placed); Running once a task has started (Nomad reports
                           an allocation whose task is restarting as pending again)
 ``running``               Running
-``complete``              Succeeded
+``complete``              Succeeded; Failed if a container did not exit 0 (a stopped job's
+                          allocation is "complete" too)
 ``failed``                Failed
 ``lost``                  Failed, reason ``NodeLost``
 ``unknown``               Unknown (client disconnected)
@@ -172,6 +173,15 @@ def placement_text(evaluation: Mapping[str, Any]) -> str:
     return "; ".join(dict.fromkeys(parts))
 
 
+def placement_from(evaluations: Iterable[Mapping[str, Any]]) -> str:
+    """Placement failure text of the newest evaluation that has one ("" when none has)."""
+    for ev in sorted(evaluations, key=lambda e: int(e.get("CreateIndex") or 0), reverse=True):
+        text = placement_text(ev)
+        if text:
+            return text
+    return ""
+
+
 # --------------------------------------------------------------------------- containers
 
 
@@ -248,8 +258,10 @@ def container_state(
     alloc_id: str,
     earlier_runs: int = 0,
     initializing: bool = False,
+    previous: Mapping[str, Any] | None = None,
 ) -> ContainerState:
-    """One task's state as a Kubernetes container state."""
+    """One task's state as a Kubernetes container state.  ``previous`` is the same task's
+    state in the allocation this one replaced (for ``lastState`` after a reschedule)."""
     if ts is None:
         return ContainerState(
             name=name, reason="PodInitializing" if initializing else "ContainerCreating"
@@ -263,10 +275,21 @@ def container_state(
     state = ts.get("State") or "pending"
     term_i, term = _last(events, "Terminated")
     last: ContainerState | None = None
+    if term is None and previous is not None:
+        _, prev_term = _last(_events(previous), "Terminated")
+        if prev_term is not None:
+            last = _terminated_from(
+                prev_term,
+                name=name,
+                failed=bool(previous.get("Failed")),
+                started=parse_time(previous.get("StartedAt")),
+                finished=parse_time(previous.get("FinishedAt")),
+                cid=cid,
+            )
 
     if state == "dead":
-        prev_i, prev = _last(events[:term_i] if term_i >= 0 else [], "Terminated")
-        if prev is not None and prev_i >= 0:
+        _, prev = _last(events[:term_i] if term_i >= 0 else [], "Terminated")
+        if prev is not None:
             last = _terminated_from(
                 prev, name=name, failed=True, started=None, finished=None, cid=cid
             )
@@ -383,16 +406,24 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
             node_name=view.node,
         )
     alloc_id = str(alloc.get("ID", ""))
-    earlier = sum(
-        1
-        for a in view.allocs.values()
-        if int(a.get("CreateIndex") or 0) < int(alloc.get("CreateIndex") or 0)
+    older = sorted(
+        (
+            a
+            for a in view.allocs.values()
+            if int(a.get("CreateIndex") or 0) < int(alloc.get("CreateIndex") or 0)
+        ),
+        key=lambda a: int(a.get("CreateIndex") or 0),
     )
+    earlier = len(older)
+    before: Mapping[str, Any] = (older[-1].get("TaskStates") or {}) if older else {}
     states: Mapping[str, Any] = alloc.get("TaskStates") or {}
     if not mains:  # a job whose Meta does not list containers: every task is a container
         mains, inits = tuple(states), ()
     init_states = tuple(
-        container_state(n, states.get(n), alloc_id=alloc_id, earlier_runs=earlier) for n in inits
+        container_state(
+            n, states.get(n), alloc_id=alloc_id, earlier_runs=earlier, previous=before.get(n)
+        )
+        for n in inits
     )
     init_done = all(
         (
@@ -409,6 +440,7 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
             alloc_id=alloc_id,
             earlier_runs=earlier,
             initializing=bool(inits) and not init_done,
+            previous=before.get(n),
         )
         for n in mains
     )
@@ -420,6 +452,12 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         # Nomad reports a restarting allocation as pending; Kubernetes keeps such a pod Running
         phase = Phase.RUNNING
     reason = message = ""
+    if phase is Phase.SUCCEEDED and any(
+        c.state == "terminated" and c.exit_code != 0 for c in main_states
+    ):
+        # "complete" also means "stopped on purpose" (pod deleted): a container that did not
+        # exit 0 makes the pod Failed, as the kubelet decides for deleted pods
+        phase = Phase.FAILED
     if client_status == "lost":
         reason, message = "NodeLost", str(alloc.get("ClientDescription") or "Nomad lost the node")
     elif client_status == "failed" and alloc.get("ClientDescription"):

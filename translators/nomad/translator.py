@@ -54,9 +54,18 @@ from translators.nomad.client import NomadClient, Sleep
 from translators.nomad.config import NomadConfig
 from translators.nomad.events import EventStream
 from translators.nomad.exec import NomadExecSession
-from translators.nomad.jobs import META_NODE, META_UID, is_owned, job_id, render_job
+from translators.nomad.jobs import (
+    META_NODE,
+    META_UID,
+    context,
+    finish_job,
+    is_owned,
+    job_id,
+    render_job,
+    template_for,
+)
 from translators.nomad.logs import LogReader, LogTarget
-from translators.nomad.status import JobView, placement_text, workload_state
+from translators.nomad.status import JobView, placement_from, placement_text, workload_state
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +82,9 @@ class NomadTranslator:
         updatable_fields=frozenset(
             {"metadata.labels", "metadata.annotations", "spec.containers[*].image"}
         ),
+        # Nomad interpolates node attributes in Env and task config: with host networking the
+        # pod IP is the client node's address.
+        pod_ip_placeholder="${attr.unique.network.ip-address}",
     )
 
     def __init__(
@@ -210,11 +222,7 @@ class NomadTranslator:
         evals = await self.client.get(
             f"/job/{view.job_id}/evaluations", namespace=view.namespace, region=view.region
         )
-        for ev in sorted(evals or [], key=lambda e: int(e.get("CreateIndex") or 0), reverse=True):
-            text = placement_text(ev)
-            if text:
-                view.placement = text
-                return
+        view.placement = placement_from(evals or []) or view.placement
 
     def _scopes(self) -> list[tuple[str, str]]:
         """(region, namespace query value) pairs that cover every job vkgate may own."""
@@ -291,6 +299,16 @@ class NomadTranslator:
 
     async def _render(self, pod: ResolvedPod) -> JSON:
         factor = await self.mhz_per_core()
+        name = template_for(pod, renderer=self.renderer, cfg=self.config)
+        ctx = context(pod, cfg=self.config, settings=self.settings, factor=factor)
+        arender = getattr(self.renderer, "arender", None)
+        out = await arender(name, ctx) if arender is not None else self.renderer.render(name, ctx)
+        return finish_job(out, pod, info=ctx["backend_info"], template=name)
+
+    def render_spec(self, pod: ResolvedPod) -> JSON:
+        """The ``POST /v1/jobs`` body ``create`` would send (offline: F from the settings,
+        else the last measured value, else 1000 MHz per core)."""
+        factor = self.config.mhz_per_core or self._factor or cap.DEFAULT_MHZ_PER_CORE
         return render_job(
             pod, renderer=self.renderer, cfg=self.config, settings=self.settings, factor=factor
         )
