@@ -73,6 +73,13 @@ def format_version(v: Version) -> str:
     return f"{v[0]}.{v[1]}"
 
 
+def feature_flags(version: Version) -> dict[str, Any]:
+    """``{feature: enabled}`` at ``version``, plus ``_version`` (what templates receive)."""
+    flags: dict[str, Any] = {name: version >= need for name, (need, _) in FEATURES.items()}
+    flags["_version"] = format_version(version)
+    return flags
+
+
 def _parse_header_version(value: str | None) -> Version | None:
     """``"container 1.40"`` (or ``"1.40"``) → ``(1, 40)``."""
     if not value:

@@ -38,7 +38,7 @@ from translators.base import (
 )
 from translators.quantity import cpu_millis, parse_quantity
 from translators.rendering import pod_context
-from translators.zun.config import AUTH_KEYS
+from translators.zun.config import AUTH_KEYS, ZunConfig
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,23 @@ class SpecBuilder:
         self.capsules = capsules
         self.cinder_volumes = cinder_volumes
         self.emptydir_size_gb = emptydir_size_gb
+
+    @classmethod
+    def from_config(
+        cls, cfg: ZunConfig, *, renderer: Any, settings: Mapping[str, Any]
+    ) -> SpecBuilder:
+        return cls(
+            renderer=renderer,
+            settings=settings,
+            name_prefix=cfg.name_prefix,
+            security_groups=cfg.security_groups,
+            nets=cfg.nets,
+            availability_zone=cfg.availability_zone,
+            on_failure_max_retries=cfg.on_failure_max_retries,
+            capsules=cfg.capsules,
+            cinder_volumes=cfg.cinder_volumes,
+            emptydir_size_gb=cfg.emptydir_size_gb,
+        )
 
     # -- decisions -----------------------------------------------------------------------
 

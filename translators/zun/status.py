@@ -380,9 +380,13 @@ def capsule_workload(
         phase = Phase.FAILED
         image = next((s for s in (*inits, *mains) if s.reason == "ErrImagePull"), None)
         reason = "ErrImagePull" if image else "ProviderFailed"
-        message = str(cap.get("status_reason") or (image.message if image else "")) or (
-            "init container failed"
+        failed_init = next((s for s in inits if s.state == "terminated" and s.exit_code != 0), None)
+        fallback = (
+            f"init container {failed_init.name} exited with code {failed_init.exit_code}"
+            if failed_init
+            else ""
         )
+        message = str(cap.get("status_reason") or (image.message if image else "") or fallback)
     elif status in GONE_STATUSES or (
         main_states and all(s.state == "terminated" for s in main_states)
     ):
@@ -407,7 +411,7 @@ def capsule_workload(
         phase=phase,
         reason=reason,
         message=message,
-        placed=_placed(cap) or bool(raw_main),
+        placed=_placed(cap),
         pod_ip=pod_ip(cap.get("addresses")),
         host_ip=host_ip(cap.get("host")),
         started_at=parse_time(cap.get("created_at")),

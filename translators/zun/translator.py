@@ -50,7 +50,7 @@ from translators.base import (
 from translators.zun import logs as zun_logs
 from translators.zun.auth import ZunAuth, build_auth
 from translators.zun.capacity import Usage, capacity_from_quotas, usage_of
-from translators.zun.client import FEATURES, RetryPolicy, ZunClient, format_version
+from translators.zun.client import RetryPolicy, ZunClient, feature_flags, format_version
 from translators.zun.config import ZunConfig, load_config
 from translators.zun.exec import run_exec
 from translators.zun.spec import LABEL_UID, SpecBuilder, zun_name
@@ -150,18 +150,7 @@ class ZunTranslator:
             from translators.rendering import Renderer
 
             renderer = Renderer()
-        self.specs = SpecBuilder(
-            renderer=renderer,
-            settings=table,
-            name_prefix=self.cfg.name_prefix,
-            security_groups=self.cfg.security_groups,
-            nets=self.cfg.nets,
-            availability_zone=self.cfg.availability_zone,
-            on_failure_max_retries=self.cfg.on_failure_max_retries,
-            capsules=self.cfg.capsules,
-            cinder_volumes=self.cfg.cinder_volumes,
-            emptydir_size_gb=self.cfg.emptydir_size_gb,
-        )
+        self.specs = SpecBuilder.from_config(self.cfg, renderer=renderer, settings=table)
         self.features = self._features()
         self._index: dict[str, _Entry] = {}
         self._states: dict[str, WorkloadState] = {}
@@ -187,9 +176,7 @@ class ZunTranslator:
         )
 
     def _flags(self) -> dict[str, Any]:
-        flags: dict[str, Any] = {name: self.client.supports(name) for name in FEATURES}
-        flags["_version"] = format_version(self.client.version)
-        return flags
+        return feature_flags(self.client.version)
 
     async def _negotiated(self) -> None:
         before = self.client.negotiated
