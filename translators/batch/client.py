@@ -230,30 +230,49 @@ class BatchApi:
         sleep: Sleep | None = None,
         now: WallClock | None = None,
     ) -> None:
-        from azure.batch.aio import BatchClient
-
         self.settings = settings
         self.retry = RetryPolicy(
             delays=settings.retry_delays, max_retry_after=settings.max_retry_after
         )
         self._sleep = sleep or _real_sleep
         self._now = now or _utcnow
-        self._credential = credential if credential is not None else make_credential(settings)
-        client = http_client or httpx.AsyncClient(timeout=httpx.Timeout(settings.request_timeout))
-        kwargs: dict[str, Any] = {
-            "transport": HttpxTransport(client),
-            "retry_total": 0,
-            "per_call_policies": [_OcpDatePolicy(self._now)],
-        }
-        if settings.api_version:
-            kwargs["api_version"] = settings.api_version
-        self.sdk = BatchClient(settings.endpoint, self._credential, **kwargs)
-        self.api_version: str = self.sdk._config.api_version
+        self._http_client = http_client
+        self._credential = credential
+        self._sdk: Any = None
         #: Calls made, by operation name (tests and metrics read it).
         self.calls: dict[str, int] = {}
 
+    @property
+    def sdk(self) -> Any:
+        """The SDK client, built on first use (offline rendering never opens a connection)."""
+        if self._sdk is None:
+            from azure.batch.aio import BatchClient
+
+            if self._credential is None:
+                self._credential = make_credential(self.settings)
+            client = self._http_client or httpx.AsyncClient(
+                timeout=httpx.Timeout(self.settings.request_timeout)
+            )
+            kwargs: dict[str, Any] = {
+                "transport": HttpxTransport(client),
+                "retry_total": 0,
+                "per_call_policies": [_OcpDatePolicy(self._now)],
+            }
+            if self.settings.api_version:
+                kwargs["api_version"] = self.settings.api_version
+            self._sdk = BatchClient(self.settings.endpoint, self._credential, **kwargs)
+        return self._sdk
+
+    @property
+    def api_version(self) -> str:
+        return str(self.settings.api_version or self.sdk._config.api_version)
+
     async def close(self) -> None:
-        await self.sdk.close()
+        if self._sdk is None:
+            if self._http_client is not None:
+                await self._http_client.aclose()
+            return
+        await self._sdk.close()
         closer = getattr(self._credential, "close", None)
         if closer is not None:
             await closer()

@@ -110,7 +110,7 @@ class BatchSettings:
     submit_linger: float = 0.02
     """Seconds a create waits for others to share its add-task-collection call."""
     task_template: str = "batch/task.j2"
-    job_template: str = "batch/job.j2"
+    job_template: str = "batch/_job.j2"
 
     def template_view(self) -> dict[str, Any]:
         """The settings a template may see: everything but credentials."""
@@ -307,5 +307,5 @@ def parse_settings(
         max_collection_bytes=_int(table, "max_collection_bytes", 1_000_000, minimum=1024),
         submit_linger=_num(table, "submit_linger", 0.02),
         task_template=_str(table, "task_template", "batch/task.j2"),
-        job_template=_str(table, "job_template", "batch/job.j2"),
+        job_template=_str(table, "job_template", "batch/_job.j2"),
     )

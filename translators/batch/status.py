@@ -95,7 +95,9 @@ def _failure(task: JSON) -> JSON:
     return info
 
 
-def _last_exit(task: JSON, name: str, cid: str) -> ContainerState | None:
+def _last_exit(task: JSON, name: str, cid: str, *, running: bool) -> ContainerState | None:
+    """The previous attempt.  While the task runs again, startTime/endTime describe the new
+    attempt, so only the exit code and the retry time are known."""
     ei = _exec(task)
     if ei.get("exitCode") is None:
         return None
@@ -105,8 +107,8 @@ def _last_exit(task: JSON, name: str, cid: str) -> ContainerState | None:
         state="terminated",
         exit_code=code,
         reason="Completed" if code == 0 else "Error",
-        started_at=parse_time(ei.get("startTime")),
-        finished_at=parse_time(ei.get("endTime") or ei.get("lastRetryTime")),
+        started_at=None if running else parse_time(ei.get("startTime")),
+        finished_at=parse_time(ei.get("lastRetryTime") if running else ei.get("endTime")),
         container_id=cid,
     )
 
@@ -126,7 +128,7 @@ def container_state(task: JSON, name: str, *, job_id: str) -> ContainerState:
                 message=f"Azure Batch retries the task (retry {retries})",
                 restart_count=retries,
                 container_id=cid,
-                last_terminated=_last_exit(task, name, cid),
+                last_terminated=_last_exit(task, name, cid, running=False),
             )
         return ContainerState(
             name=name,
@@ -150,7 +152,7 @@ def container_state(task: JSON, name: str, *, job_id: str) -> ContainerState:
             ready=True,
             restart_count=retries,
             container_id=cid,
-            last_terminated=_last_exit(task, name, cid) if retries else None,
+            last_terminated=_last_exit(task, name, cid, running=True) if retries else None,
         )
     if state == "completed":
         return _completed(task, name, cid, retries)
@@ -217,8 +219,9 @@ def _completed(task: JSON, name: str, cid: str, retries: int) -> ContainerState:
         container_error,
         *(str(d.get("value", "")) for d in fi.get("details") or [] if isinstance(d, dict)),
     ):
-        if text and text not in parts:
-            parts.append(text)
+        if not text or any(text in p for p in parts):
+            continue
+        parts = [p for p in parts if p not in text] + [text]
     detail = "; ".join(parts) or "the task could not be started"
     return ContainerState(
         name=name,

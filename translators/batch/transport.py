@@ -72,8 +72,7 @@ class HttpxTransport(AsyncHttpTransport[HttpRequest, AsyncHttpResponse]):
         exc_value: BaseException | None = None,
         traceback: TracebackType | None = None,
     ) -> None:
-        # The SDK client's context manager must not close a client shared across calls.
-        return None
+        await self.close()  # BatchClient.close() exits the pipeline, which exits us
 
     async def open(self) -> None:
         return None
