@@ -2,7 +2,8 @@
 
 ``log.format = "json"`` emits ``{"time", "level", "logger", "message", ...extra}``; an exception
 adds ``"exc"``.  httpx/httpcore log every request at INFO, which would drown the agent's own
-lines, so they are held at WARNING unless the level is debug.
+lines, so httpx is held at WARNING unless the level is debug and httpcore's wire-level
+chatter always is.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def setup_logging(level: str = "info", fmt: str = "text", *, stream: TextIO | No
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    quiet = logging.DEBUG if level.lower() == "debug" else logging.WARNING
-    for name in ("httpx", "httpcore", "asyncio"):
-        logging.getLogger(name).setLevel(quiet)
+    # httpx: one INFO line per request, useful only when debugging; httpcore: wire-level noise.
+    logging.getLogger("httpx").setLevel(
+        logging.INFO if level.lower() == "debug" else logging.WARNING
+    )
+    for name in ("httpcore", "asyncio"):
+        logging.getLogger(name).setLevel(logging.WARNING)

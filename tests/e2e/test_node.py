@@ -65,7 +65,7 @@ def test_node_appears_with_labels_taint_capacity_conditions(start_gateway, contr
     }.items():
         assert labels.get(key) == value, key
     assert {"key": "virtual-kubelet.io/provider", "value": "simulated", "effect": "NoSchedule"} in [
-        {k: t[k] for k in ("key", "value", "effect")} for t in node["spec"]["taints"]
+        {k: t.get(k, "") for k in ("key", "value", "effect")} for t in node["spec"]["taints"]
     ]
     status = node["status"]
     assert status["capacity"]["cpu"] == "16"
@@ -125,8 +125,11 @@ def test_restart_patches_the_same_node(start_gateway, control_plane, kubectl):
     node = wait_until("Ready=True", ready_is(control_plane, gw.node_name, "True"))
     assert node["metadata"]["uid"] == uid
     assert node["metadata"]["labels"]["owner"] == "someone-else"
-    keys = {t["key"] for t in node["spec"]["taints"]}
-    assert keys == {"dedicated", "virtual-kubelet.io/provider"}
+    keys = [t["key"] for t in node["spec"]["taints"]]
+    # ours once, the admin's kept (the API server's TaintNodesByCondition admission also adds
+    # node.kubernetes.io/not-ready at creation; without a controller-manager it stays)
+    assert keys.count("virtual-kubelet.io/provider") == 1
+    assert "dedicated" in keys
     assert "exists" in gw.log_text() and "updated it in place" in gw.log_text()
 
 
