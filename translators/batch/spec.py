@@ -382,10 +382,12 @@ class TaskBuilder:
 
         cpu = requests.get("cpu", limits.get("cpu"))
         slots = self._slots(cpu, pool, vm)
+        line = command_line(argv)
+        check_command_line(line, container=c.name)
         return {
             "id": task_id,
             "display_name": name.render(),
-            "command_line": command_line(argv),
+            "command_line": line,
             "container_settings": container,
             "environment": env,
             "constraints": constraints,
@@ -436,6 +438,17 @@ def _cores(quantity: Any) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis / 1000:g}"
 
 
+def check_command_line(line: str, *, container: str = "") -> None:
+    if len(line) > MAX_COMMAND_LINE:
+        who = f"container {container!r}: " if container else ""
+        raise UnsupportedError(
+            f"{who}the task command line is {len(line)} characters; Azure Batch accepts at most "
+            f"{MAX_COMMAND_LINE} (shorten command/args or move data into a ConfigMap volume)",
+            reason="CommandLineTooLong",
+            field=f"spec.containers[{container}].args" if container else "commandLine",
+        )
+
+
 def validate_task(task: Any, *, template: str, secrets: Sequence[str] = ()) -> None:
     """Check rendered output against the rules the service (and vkgate) enforce."""
     if not isinstance(task, dict):
@@ -452,13 +465,7 @@ def validate_task(task: Any, *, template: str, secrets: Sequence[str] = ()) -> N
         raise TranslationError(
             "commandLine must be a string", template=template, field="commandLine"
         )
-    if len(cmd) > MAX_COMMAND_LINE:
-        raise UnsupportedError(
-            f"the task command line is {len(cmd)} characters; Azure Batch accepts at most "
-            f"{MAX_COMMAND_LINE} (shorten command/args or move data into a ConfigMap)",
-            reason="CommandLineTooLong",
-            field="spec.containers.args",
-        )
+    check_command_line(cmd)
     display = task.get("displayName", "")
     if not isinstance(display, str) or len(display) > MAX_DISPLAY_NAME:
         raise TranslationError(
