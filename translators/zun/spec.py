@@ -217,8 +217,23 @@ class SpecBuilder:
         for name in sorted(mounted):
             v = by_name.get(name)
             if v is None:
-                raise TranslationError(
-                    f"volumeMount refers to undefined volume {name!r}", field="spec.volumes"
+                declared = next(
+                    (
+                        d
+                        for d in (pod.pod.get("spec") or {}).get("volumes") or []
+                        if d.get("name") == name
+                    ),
+                    None,
+                )
+                if declared is None:
+                    raise TranslationError(
+                        f"volumeMount refers to undefined volume {name!r}", field="spec.volumes"
+                    )
+                kind = next((k for k in declared if k != "name"), "unknown")
+                raise UnsupportedError(
+                    f"volume {name!r} ({kind}) is not supported by the zun backend",
+                    reason="UnsupportedVolume",
+                    field=f"spec.volumes[{name}]",
                 )
             if _skip_volume(v):
                 continue
@@ -388,30 +403,55 @@ class SpecBuilder:
     # -- rendering -----------------------------------------------------------------------
 
     def template_for(self, pod: ResolvedPod, kind: str) -> str:
-        """``zun/<kind>.j2`` unless the renderer's lookup (annotation ``vkgate.io/template``,
-        team template ``teams/<team>/zun/<kind>.j2``) picks another; a requested template
-        serves both kinds and may ``{% extends "zun/" ~ backend_info.kind ~ ".j2" %}``."""
-        default = f"zun/{kind}.j2"
-        select = getattr(self.renderer, "select", None)
-        if select is not None:
-            return str(select(pod, backend="zun", default=default).name)
-        return pod.template or default
+        """The template for ``pod``.  ``pod.template`` when the caller already chose one
+        (``vkgate render``), else the renderer's lookup (annotation ``vkgate.io/template``,
+        team template ``teams/<team>/zun/<kind>.j2``, default ``zun/<kind>.j2``).
 
-    async def build(self, pod: ResolvedPod, features: Mapping[str, Any]) -> ZunSpec:
+        The Zun object follows the pod's shape, so ``container.j2`` and ``capsule.j2`` are a
+        pair: asking for one where the pod needs the other picks its twin in the same
+        directory.  Any other template serves both kinds and sees ``backend_info.kind``
+        (e.g. ``{% extends "zun/" ~ backend_info.kind ~ ".j2" %}``)."""
+        default = f"zun/{kind}.j2"
+        name = pod.template
+        if not name:
+            select = getattr(self.renderer, "select", None)
+            name = str(select(pod, backend="zun", default=default).name) if select else default
+        head, _, base = name.rpartition("/")
+        if base in ("container.j2", "capsule.j2") and base != f"{kind}.j2":
+            twin = f"{head}/{kind}.j2" if head else f"{kind}.j2"
+            exists = getattr(self.renderer, "exists", None)
+            if exists is None or exists(twin):
+                return twin
+        return name
+
+    def _prepare(
+        self, pod: ResolvedPod, features: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], str, dict[str, Any]]:
         info = self.backend_info(pod, features)
-        kind = info["kind"]
-        template = self.template_for(pod, kind)
+        template = self.template_for(pod, info["kind"])
         context = pod_context(pod, backend="zun", settings=self.settings, extra=info)
-        if kind == "capsule":  # sidecars run as ordinary capsule containers: one list
+        if info["kind"] == "capsule":  # sidecars run as ordinary capsule containers: one list
             context["containers"] = context["containers"] + context["sidecars"]
             context["sidecars"] = []
+        return info, template, context
+
+    def render(self, pod: ResolvedPod, features: Mapping[str, Any]) -> ZunSpec:
+        """Synchronous ``build`` (offline rendering: ``vkgate render``, template checks)."""
+        info, template, context = self._prepare(pod, features)
+        body = self.renderer.render(template, context)
+        validate_body(info["kind"], body, template)
+        return ZunSpec(kind=info["kind"], name=info["name"], body=body, template=template)
+
+    async def build(self, pod: ResolvedPod, features: Mapping[str, Any]) -> ZunSpec:
+        """The request body for ``pod``; rendering runs off the event loop when it can."""
+        info, template, context = self._prepare(pod, features)
         arender = getattr(self.renderer, "arender", None)
         if arender is not None:
             body = await arender(template, context)
         else:
             body = self.renderer.render(template, context)
-        validate_body(kind, body, template)
-        return ZunSpec(kind=kind, name=info["name"], body=body, template=template)
+        validate_body(info["kind"], body, template)
+        return ZunSpec(kind=info["kind"], name=info["name"], body=body, template=template)
 
 
 def validate_body(kind: str, body: Any, template: str) -> None:

@@ -261,6 +261,11 @@ class ZunTranslator:
             raise BackendConflict(f"Zun {spec.kind} {raw.get('uuid')} came back without labels")
         return state
 
+    def render_spec(self, pod: ResolvedPod) -> JSON:
+        """``Renderable``: the body ``create`` would send (no I/O; the configured microversion
+        unless one was negotiated already)."""
+        return self.specs.render(pod, self._flags()).body
+
     async def _existing(self, ref: PodRef, kind: str, name: str) -> WorkloadState | None:
         """The workload of this pod UID if Zun already has it (adoption after a restart)."""
         entry = self._index.get(ref.uid)
