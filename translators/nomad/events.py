@@ -16,6 +16,7 @@ Reconnect delays come from the same backoff tuple as the HTTP retries, through a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -54,7 +55,7 @@ class EventStream:
         self.index = index
         self.idle_timeout = idle_timeout
         self.backoff = tuple(backoff) or (1.0,)
-        self._sleep = sleep or client._sleep
+        self._sleep = sleep if sleep is not None else client._sleep
         #: Number of successful connections (for tests and metrics).
         self.connections = 0
 
@@ -75,7 +76,17 @@ class EventStream:
                     self.connections += 1
                     if self.connections > 1:
                         yield None
-                    async for line in resp.aiter_lines():
+                    lines = resp.aiter_lines()
+                    while True:
+                        try:
+                            line = await asyncio.wait_for(anext(lines), self.idle_timeout)
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            log.info(
+                                "nomad event stream silent for %ss, reconnecting", self.idle_timeout
+                            )
+                            break
                         if not line.strip():
                             continue
                         try:

@@ -109,7 +109,7 @@ class NomadTranslator:
 
             renderer = Renderer()
         self.renderer = renderer
-        self._sleep: Sleep = sleep or asyncio.sleep
+        self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self.client = NomadClient(self.config, transport=transport, sleep=self._sleep)
         self._views: dict[Key, JobView] = {}
         self._foreign: set[Key] = set()
@@ -564,18 +564,25 @@ class NomadTranslator:
                     )
 
         async def scope(region: str, ns_param: str) -> None:
-            index = 0
-            delay = 0
+            """Initial list, then stream + backstop; restarted (with backoff) on any failure,
+            so a bug or an unexpected answer never silently ends the notifier."""
+            steps = self.config.retry_backoff or (1.0,)
+            failures = 0
             while True:
                 try:
                     index = await resync(region, ns_param)
-                    break
+                    failures = 0
+                    await asyncio.gather(
+                        stream(region, ns_param, index), backstop(region, ns_param, index)
+                    )
+                except asyncio.CancelledError:
+                    raise
                 except BackendError as exc:
-                    log.info("nomad: initial list failed: %s", exc)
-                    steps = self.config.retry_backoff or (1.0,)
-                    await self._sleep(steps[min(delay, len(steps) - 1)])
-                    delay += 1
-            await asyncio.gather(stream(region, ns_param, index), backstop(region, ns_param, index))
+                    log.info("nomad notifier (%s/%s): %s", region or "-", ns_param, exc)
+                except Exception:
+                    log.exception("nomad notifier (%s/%s) failed; restarting", region, ns_param)
+                await self._sleep(steps[min(failures, len(steps) - 1)])
+                failures += 1
 
         tasks = [asyncio.create_task(scope(r, n)) for r, n in self._scopes()]
         try:

@@ -1,0 +1,84 @@
+"""Fixtures for the Nomad contract tests: respx routes on a fake Nomad address, translators
+whose retry sleeps are recorded instead of slept, and real Nomad JSON from the golden states
+(captured from a ``nomad agent -dev``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from translators.base import ResolvedContainer, ResolvedPod, TranslatorContext
+from translators.nomad import NomadTranslator
+
+ADDRESS = "http://nomad.test:4646"
+NODE = "vk-golden"  # the node the captured jobs belong to
+STATES = Path(__file__).resolve().parents[2] / "golden" / "nomad" / "states"
+
+
+def captured(name: str) -> dict[str, Any]:
+    """A captured state file: {"job": stub, "allocations": [...], "pod": {...}, ...}."""
+    doc: dict[str, Any] = json.loads((STATES / f"{name}.nomad.json").read_text())
+    return doc
+
+
+def pod(name: str = "web", uid: str = "0b7c1f2e-0000-4000-8000-000000000001") -> ResolvedPod:
+    raw = {
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox"}]},
+    }
+    return ResolvedPod(
+        namespace="default",
+        name=name,
+        uid=uid,
+        node_name=NODE,
+        pod=raw,
+        containers=(
+            ResolvedContainer(
+                name="app",
+                image="busybox",
+                command=("echo", "hi"),
+                spec=raw["spec"]["containers"][0],
+            ),
+        ),
+    )
+
+
+class Sleeps(list[float]):
+    """Records every delay the code under test asked for; returns at once."""
+
+    async def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+MakeTranslator = Callable[..., Awaitable[NomadTranslator]]
+
+
+@pytest.fixture
+async def make_translator(sleeps: Sleeps) -> AsyncIterator[MakeTranslator]:
+    made: list[NomadTranslator] = []
+
+    async def make(**settings: Any) -> NomadTranslator:
+        table = {
+            "address": ADDRESS,
+            "mhz_per_core": 2000,
+            "retry_backoff": [0.5, 1, 2],
+            **settings,
+        }
+        t = NomadTranslator(
+            TranslatorContext(node_name=NODE, settings=table), sleep=sleeps, environ={}
+        )
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        await t.close()
