@@ -1,0 +1,340 @@
+"""The Nomad translator on its own against a real ``nomad agent -dev`` (raw_exec template).
+
+No Kubernetes here: the translator is driven directly, the way the pods controller drives it,
+and every observation goes through its public surface (create/list/changes/delete, capacity,
+logs, exec).  The full path through the API server is tests/e2e/test_nomad_gateway.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.devstack.nomad import NomadAgent
+from translators.base import (
+    LogOptions,
+    Phase,
+    ResolvedContainer,
+    ResolvedPod,
+    TranslatorContext,
+    WorkloadState,
+)
+from translators.nomad import NomadTranslator
+
+pytestmark = pytest.mark.e2e
+
+
+def make_pod(
+    node: str,
+    script: str,
+    *,
+    policy: str = "Never",
+    cpu: str | None = None,
+    name: str | None = None,
+) -> ResolvedPod:
+    name = name or f"p-{uuid.uuid4().hex[:6]}"
+    uid = str(uuid.uuid4())
+    container = {"name": "app", "image": "busybox:1.36"}
+    if cpu:
+        container["resources"] = {"requests": {"cpu": cpu}}  # type: ignore[assignment]
+    raw = {
+        "metadata": {"name": name, "namespace": "e2e", "uid": uid},
+        "spec": {
+            "restartPolicy": policy,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [container],
+        },
+    }
+    return ResolvedPod(
+        namespace="e2e",
+        name=name,
+        uid=uid,
+        node_name=node,
+        pod=raw,
+        containers=(
+            ResolvedContainer(
+                name="app",
+                image="busybox:1.36",
+                command=("/bin/sh", "-c"),
+                args=(script,),
+                spec=container,
+            ),
+        ),
+    )
+
+
+@pytest.fixture
+async def translator(nomad_agent: NomadAgent) -> AsyncIterator[NomadTranslator]:
+    node = f"vk-{uuid.uuid4().hex[:6]}"
+    t = NomadTranslator(
+        TranslatorContext(
+            node,
+            {
+                "address": nomad_agent.address,
+                "template": "nomad/raw_exec.j2",
+                "restart_delay": "1s",
+                "restart_attempts": 5,
+                "restart_interval": "1m",
+                "backstop_interval": 5,
+            },
+        ),
+        environ={},
+    )
+    await t.start()
+    yield t
+    for st in await t.list():
+        await t.delete(st.ref, grace_seconds=0)
+    await t.close()
+
+
+class Watch:
+    """Collects ``changes()`` with the local receive time of each state."""
+
+    def __init__(self, t: NomadTranslator) -> None:
+        self.seen: list[tuple[float, WorkloadState]] = []
+        self._new = asyncio.Event()
+        self._task = asyncio.create_task(self._run(t))
+
+    async def _run(self, t: NomadTranslator) -> None:
+        async for state in t.changes():
+            self.seen.append((time.time(), state))
+            self._new.set()
+
+    async def until(
+        self, uid: str, pred: Callable[[WorkloadState], bool], timeout: float = 45
+    ) -> tuple[float, WorkloadState]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for at, st in self.seen:
+                if st.ref.uid == uid and pred(st):
+                    return at, st
+            left = deadline - time.monotonic()
+            if left <= 0:
+                mine = [s for _, s in self.seen if s.ref.uid == uid]
+                raise AssertionError(f"no matching state in {timeout}s; saw {mine[-3:]}")
+            self._new.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new.wait(), left)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+@pytest.fixture
+async def watch(translator: NomadTranslator) -> AsyncIterator[Watch]:
+    w = Watch(translator)
+    yield w
+    await w.stop()
+
+
+def nomad_get(agent: NomadAgent, path: str, **params: Any) -> Any:
+    with httpx.Client(base_url=agent.address, timeout=10) as c:
+        resp = c.get("/v1" + path, params=params)
+        return resp.json() if resp.status_code == 200 else None
+
+
+async def test_ping_and_node_info(translator: NomadTranslator) -> None:
+    await translator.ping()
+    info = await translator.node_info()
+    assert info.runtime_version == "nomad://1.11.3"
+    assert info.os == "linux" and info.arch
+
+
+async def test_capacity_equals_what_nomad_reports(
+    translator: NomadTranslator, nomad_agent: NomadAgent
+) -> None:
+    nodes = [
+        n
+        for n in nomad_get(nomad_agent, "/nodes", resources="true")
+        if n["Status"] == "ready" and n["SchedulingEligibility"] == "eligible" and not n["Drain"]
+    ]
+    shares = sum(n["NodeResources"]["Cpu"]["CpuShares"] for n in nodes)
+    reserved = sum(n["ReservedResources"]["Cpu"]["CpuShares"] for n in nodes)
+    cores = sum(n["NodeResources"]["Cpu"]["TotalCpuCores"] for n in nodes)
+    mem = sum(
+        n["NodeResources"]["Memory"]["MemoryMB"] - n["ReservedResources"]["Memory"]["MemoryMB"]
+        for n in nodes
+    )
+    cap = await translator.capacity()
+    print(f"\nNomad: {shares} MHz on {cores} cores, {mem} MiB → {cap}")
+    mhz_per_core = shares / cores
+    assert await translator.mhz_per_core() == pytest.approx(mhz_per_core)
+    assert cap.cpu_millis == int((shares - reserved) * 1000 // mhz_per_core)
+    assert cap.cpu_millis == cores * 1000 - round(reserved * 1000 / mhz_per_core)
+    assert cap.memory_bytes == mem * 2**20
+    assert cap.pods == 110
+
+
+async def test_pod_that_prints_and_exits_0_succeeds_and_its_logs_read_back(
+    translator: NomadTranslator, watch: Watch
+) -> None:
+    pod = make_pod(translator.node_name, "echo hello from nomad; echo to-stderr >&2")
+    created = await translator.create(pod)
+    assert created.phase == Phase.PENDING
+    assert (await translator.create(pod)).backend_id == created.backend_id  # idempotent
+    _, st = await watch.until(pod.uid, lambda s: s.phase == Phase.SUCCEEDED)
+    app = st.containers[0]
+    assert (app.state, app.exit_code, app.reason) == ("terminated", 0, "Completed")
+    assert app.container_id.startswith("nomad://")
+    assert st.host_ip == "127.0.0.1" and st.pod_ip == "127.0.0.1"
+    logs = b"".join([c async for c in translator.logs(pod.ref, "app", LogOptions())])
+    assert logs == b"hello from nomad\nto-stderr\n"
+    tail = b"".join(
+        [
+            c
+            async for c in translator.logs(
+                pod.ref, "app", LogOptions(tail_lines=1, stream="Stdout")
+            )
+        ]
+    )
+    assert tail == b"hello from nomad\n"
+
+
+async def test_exit_3_with_never_fails_with_exit_code_3(
+    translator: NomadTranslator, watch: Watch
+) -> None:
+    pod = make_pod(translator.node_name, "echo bye; exit 3")
+    await translator.create(pod)
+    _, st = await watch.until(pod.uid, lambda s: s.phase == Phase.FAILED)
+    app = st.containers[0]
+    assert (app.state, app.exit_code, app.reason, app.restart_count) == (
+        "terminated",
+        3,
+        "Error",
+        0,
+    )
+
+
+async def test_always_restarts_with_a_growing_restart_count(
+    translator: NomadTranslator, watch: Watch
+) -> None:
+    pod = make_pod(translator.node_name, "echo run; sleep 0.3; exit 1", policy="Always")
+    await translator.create(pod)
+    _, st = await watch.until(pod.uid, lambda s: s.containers[0].restart_count >= 2, timeout=60)
+    assert st.phase == Phase.RUNNING  # a crash-looping pod stays Running, as in Kubernetes
+    counts = [s.containers[0].restart_count for _, s in watch.seen if s.ref.uid == pod.uid]
+    assert counts == sorted(counts)
+    seen = {s.containers[0].reason for _, s in watch.seen if s.ref.uid == pod.uid}
+    assert "CrashLoopBackOff" in seen
+    last = st.containers[0].last_terminated
+    assert last is not None and last.exit_code == 1
+
+
+async def test_more_cpu_than_the_cluster_has_is_pending_with_nomads_reason(
+    translator: NomadTranslator, watch: Watch
+) -> None:
+    pod = make_pod(translator.node_name, "echo never", cpu="512")
+    await translator.create(pod)
+    _, st = await watch.until(pod.uid, lambda s: s.reason == "Unschedulable")
+    assert st.phase == Phase.PENDING and not st.placed
+    assert 'Dimension "cpu" exhausted' in st.message
+    listed = {s.ref.uid: s for s in await translator.list()}
+    assert listed[pod.uid].reason == "Unschedulable"
+
+
+async def test_delete_stops_and_purges_the_job(
+    translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
+) -> None:
+    pod = make_pod(translator.node_name, "exec sleep 300", policy="Always")
+    created = await translator.create(pod)
+    await watch.until(pod.uid, lambda s: s.phase == Phase.RUNNING)
+    await translator.delete(pod.ref, grace_seconds=2)
+    _, st = await watch.until(pod.uid, lambda s: s.containers[0].state == "terminated")
+    assert st.containers[0].signal == 15 or st.containers[0].exit_code in (137, 143)
+    deadline = time.monotonic() + 30
+    while nomad_get(nomad_agent, f"/job/{created.backend_id}") is not None:
+        assert time.monotonic() < deadline, "job not purged"
+        await asyncio.sleep(0.2)
+    assert pod.uid not in {s.ref.uid for s in await translator.list()}
+    await translator.delete(pod.ref, grace_seconds=2)  # again: not found = done
+
+
+async def test_follow_logs_stream_and_end_with_the_task(
+    translator: NomadTranslator, watch: Watch
+) -> None:
+    pod = make_pod(translator.node_name, "sleep 1; for i in 1 2 3; do echo line $i; sleep 1; done")
+    await translator.create(pod)
+    await watch.until(pod.uid, lambda s: s.containers[0].state in ("running", "terminated"))
+    got: list[tuple[float, bytes]] = []
+    start = time.monotonic()
+    async for chunk in translator.logs(pod.ref, "app", LogOptions(follow=True, timestamps=True)):
+        got.append((time.monotonic() - start, chunk))
+    text = b"".join(c for _, c in got).decode()
+    assert [line.split(" ", 1)[1] for line in text.splitlines()] == ["line 1", "line 2", "line 3"]
+    assert len(got) == 3 and got[-1][0] - got[0][0] > 1.5  # arrived as written, not at the end
+
+
+async def test_exec_returns_output_and_exit_code(translator: NomadTranslator, watch: Watch) -> None:
+    pod = make_pod(translator.node_name, "exec sleep 300", policy="Always")
+    await translator.create(pod)
+    await watch.until(pod.uid, lambda s: s.phase == Phase.RUNNING)
+    session = await translator.exec(
+        pod.ref,
+        "app",
+        ["/bin/sh", "-c", "read x; echo got $x; echo err >&2; exit 7"],
+        tty=False,
+        stdin=True,
+    )
+    await session.write_stdin(b"ping\n")
+    await session.close_stdin()
+    out = [item async for item in session.output()]
+    assert await session.wait() == 7
+    assert (1, b"got ping\n") in out and (2, b"err\n") in out
+
+
+async def test_status_changes_arrive_via_the_event_stream_fast(
+    translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
+) -> None:
+    """Latency from Nomad's change (the task's Terminated event, stamped by the Nomad client,
+    and the allocation's ModifyTime on the server) to the translator's pushed state."""
+    samples = []
+    for _ in range(3):
+        pod = make_pod(translator.node_name, "sleep 0.5; exit 0")
+        created = await translator.create(pod)
+        at, _ = await watch.until(pod.uid, lambda s: s.phase == Phase.SUCCEEDED)
+        allocs = nomad_get(nomad_agent, f"/job/{created.backend_id}/allocations")
+        alloc = allocs[0]
+        events = alloc["TaskStates"]["app"]["Events"]
+        terminated = next(e["Time"] for e in events if e["Type"] == "Terminated") / 1e9
+        modified = alloc["ModifyTime"] / 1e9
+        samples.append((at - terminated, at - modified))
+    for end_to_end, from_server in samples:
+        print(
+            f"\nlatency: task exit → pushed state {end_to_end * 1000:.0f} ms; "
+            f"server commit → pushed state {from_server * 1000:.0f} ms"
+        )
+    assert max(e for e, _ in samples) < 2.0
+    # the backstop list runs every 5 s here: sub-second arrivals can only come from the stream
+    assert min(s for _, s in samples) < 1.0
+
+
+async def test_a_new_translator_adopts_its_own_jobs_and_ignores_others(
+    translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
+) -> None:
+    pod = make_pod(translator.node_name, "exec sleep 300", policy="Always")
+    await translator.create(pod)
+    await watch.until(pod.uid, lambda s: s.phase == Phase.RUNNING)
+    same = NomadTranslator(
+        TranslatorContext(translator.node_name, dict(translator.settings)), environ={}
+    )
+    other = NomadTranslator(
+        TranslatorContext("someone-else", dict(translator.settings)), environ={}
+    )
+    try:
+        adopted = {s.ref.uid: s for s in await same.list()}
+        assert adopted[pod.uid].phase == Phase.RUNNING
+        assert pod.uid not in {s.ref.uid for s in await other.list()}
+        await other.delete(pod.ref, grace_seconds=0)  # not its job: untouched
+        assert nomad_get(nomad_agent, f"/job/{adopted[pod.uid].backend_id}")["Stop"] is False
+    finally:
+        await same.close()
+        await other.close()
