@@ -125,11 +125,14 @@ def _unprivileged_ids() -> tuple[int, int]:
     return pw.pw_uid, pw.pw_gid
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
+def _chown_tree(path: Path, uid: int, gid: int, *, skip: Path) -> None:
+    """chown everything under ``path`` except ``skip`` (a hard link into the shared cache)."""
     os.chown(path, uid, gid)
     for root, dirs, files in os.walk(path):
         for name in dirs + files:
-            os.chown(os.path.join(root, name), uid, gid)
+            p = Path(root) / name
+            if p != skip and skip not in p.parents:
+                os.chown(p, uid, gid)
 
 
 def _start_once(exe: Path, wd: Path, timeout: float, ids: tuple[int, int] | None) -> NomadAgent:
@@ -138,7 +141,8 @@ def _start_once(exe: Path, wd: Path, timeout: float, ids: tuple[int, int] | None
     conf.write_text(_config(workdir=wd, http=http, rpc=rpc, serf=serf))
     env = dict(os.environ, CHECKPOINT_DISABLE="1")
     if ids is not None:
-        # The cache under $HOME is usually unreadable to `nobody`: give it its own copy.
+        # The cache under $HOME is usually not traversable for `nobody`: link (or copy) the
+        # binary into the work dir; it stays root-owned and world-executable.
         local = wd / "bin" / exe.name
         if not local.exists():
             local.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +151,7 @@ def _start_once(exe: Path, wd: Path, timeout: float, ids: tuple[int, int] | None
             except OSError:
                 shutil.copy2(exe, local)
         exe = local
-        _chown_tree(wd, *ids)
+        _chown_tree(wd, *ids, skip=local)
         env["HOME"] = str(wd)
     address = f"http://127.0.0.1:{http}"
     started = time.monotonic()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -162,3 +165,50 @@ def test_nomad_teardown_kills_agent_and_its_raw_exec_tasks(tmp_path: Path) -> No
     assert _gone(agent_pid)
     assert _gone(task_pid), "raw_exec task survived the agent's teardown"
     assert not workdir.exists()
+
+
+def test_start_gateway_registers_its_node_and_stops_cleanly(start_gateway, kubectl) -> None:
+    gw = start_gateway()
+    node = json.loads(kubectl("get", "node", gw.node_name, "-o", "json").stdout)
+    assert node["metadata"]["name"] == gw.node_name
+    assert gw.alive()
+    pid = gw.pid
+    assert gw.stop() == 0  # SIGTERM → clean shutdown, exit code 0
+    assert pid is not None and _gone(pid)
+    assert gw.node_name in gw.log_text()  # the agent's own log was captured
+
+
+def test_vkgate_dev_simulated_runs_the_sample_pod_and_cleans_up(tmp_path: Path) -> None:
+    """`vkgate dev --backend-dev simulated --no-wait`: the newcomer's demo, end to end."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "dev", "--backend-dev", "simulated", "--no-wait"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "pod default/hello-vkgate is Running" in out, out
+    kubeconfig = next(
+        line.split("kubeconfig:", 1)[1].strip()
+        for line in out.splitlines()
+        if "kubeconfig:" in line
+    )
+    assert "stopped everything" in out
+    workdir = str(Path(kubeconfig).parent)
+    assert not Path(workdir).exists(), "vkgate dev left its control plane directory behind"
+    leftovers = [p for p in _cmdlines() if workdir in p]
+    assert not leftovers, f"vkgate dev left processes behind: {leftovers}"
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                out.append(
+                    Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+    return out

@@ -233,3 +233,23 @@ current-context: x
     assert f"https://127.0.0.1:{port}" in lines[0] and "unreachable" in lines[0]
     assert "attempt 1," in lines[0] and "attempt 3," in lines[2]
     assert "Traceback" not in text
+
+
+def test_node_identity_under_node_restriction(start_gateway, control_plane, kubectl):
+    """As ``system:node:<name>`` (Node authorizer + NodeRestriction) registration, status,
+    Lease and a restart all work: we only set labels a node may set and never touch taints of
+    an existing Node unless they need to change."""
+    name = "vk-e2e-noderestr"
+    gw = start_gateway(
+        {"kube": {"kubeconfig": str(control_plane.node_kubeconfig(name))}}, node_name=name
+    )
+    node = wait_until("Ready=True", ready_is(control_plane, name, "True", "KubeletReady"))
+    assert node["metadata"]["labels"]["type"] == "virtual-kubelet"
+    lease = wait_until("the Lease", lambda: control_plane.get(lease_path(name)))
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+    uid = node["metadata"]["uid"]
+    assert gw.restart() is gw
+    node = wait_until("Ready=True", ready_is(control_plane, name, "True"))
+    assert node["metadata"]["uid"] == uid
+    text = gw.log_text()
+    assert "Forbidden" not in text and "startup failed" not in text, text[-3000:]

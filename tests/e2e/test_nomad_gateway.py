@@ -1,0 +1,275 @@
+"""vkgate with the Nomad backend, end to end: real kube-apiserver + real Nomad + ``vkgate run``.
+
+Pods are created with kubectl (``nodeName`` set: the devstack has no scheduler) and observed
+only through the API server — phases, container states, restart counts, the node's capacity,
+``kubectl logs``/``kubectl exec`` — plus Nomad's own API to check what happened there.  The
+raw_exec template runs the container command directly on the dev agent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from translators.quantity import cpu_millis, parse_quantity
+
+pytestmark = pytest.mark.e2e
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def pod_manifest(
+    name: str,
+    node: str,
+    script: str,
+    *,
+    namespace: str = "default",
+    policy: str = "Never",
+    cpu: str | None = None,
+) -> str:
+    container: dict[str, Any] = {
+        "name": "app",
+        "image": "busybox:1.36",
+        "command": ["/bin/sh", "-c", script],
+    }
+    if cpu:
+        container["resources"] = {"requests": {"cpu": cpu}}
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": policy,
+                "terminationGracePeriodSeconds": 3,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [container],
+            },
+        }
+    )
+
+
+def nomad(address: str, path: str, **params: Any) -> Any:
+    with httpx.Client(base_url=address, timeout=10) as c:
+        r = c.get("/v1" + path, params=params)
+        return r.json() if r.status_code == 200 else None
+
+
+def job_of(address: str, uid: str) -> dict[str, Any] | None:
+    for stub in nomad(address, "/jobs", meta="true") or []:
+        if (stub.get("Meta") or {}).get("k8s.uid") == uid:
+            found: dict[str, Any] = stub
+            return found
+    return None
+
+
+@pytest.fixture
+def gateway(start_gateway: Any, nomad_agent: Any) -> Any:
+    return start_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {
+                    "address": nomad_agent.address,
+                    "template": "nomad/raw_exec.j2",
+                    "restart_delay": "1s",
+                    "restart_attempts": 5,
+                    "restart_interval": "1m",
+                },
+            },
+        }
+    )
+
+
+def get_pod(cp: Any, name: str, namespace: str = "default") -> dict[str, Any]:
+    found: dict[str, Any] = cp.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}
+    return found
+
+
+def test_pod_lifecycle_through_the_gateway(
+    control_plane: Any, kubectl: Any, nomad_agent: Any, gateway: Any
+) -> None:
+    node = gateway.node_name
+    tag = uuid.uuid4().hex[:5]
+    ok, bad, loop = f"ok-{tag}", f"bad-{tag}", f"loop-{tag}"
+    kubectl("apply", "-f", "-", input=pod_manifest(ok, node, "echo hello from nomad; exit 0"))
+    kubectl("apply", "-f", "-", input=pod_manifest(bad, node, "echo failing; exit 3"))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=pod_manifest(loop, node, "echo again; sleep 0.3; exit 1", policy="Always"),
+    )
+
+    # exit 0 → Succeeded
+    p = wait_until(
+        f"{ok} Succeeded",
+        lambda: (
+            (q := get_pod(control_plane, ok)).get("status", {}).get("phase") == "Succeeded" and q
+        ),
+    )
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+    assert p["status"]["containerStatuses"][0]["containerID"].startswith("nomad://")
+    assert p["status"]["hostIP"] == "127.0.0.1"
+
+    # exit 3 under Never → Failed with exit code 3
+    p = wait_until(
+        f"{bad} Failed",
+        lambda: (q := get_pod(control_plane, bad)).get("status", {}).get("phase") == "Failed" and q,
+    )
+    assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+
+    # Always → restarts, restartCount grows, the pod stays Running
+    def restarts() -> int:
+        st = get_pod(control_plane, loop).get("status", {})
+        cs = (st.get("containerStatuses") or [{}])[0]
+        return int(cs.get("restartCount", 0)) if st.get("phase") == "Running" else 0
+
+    wait_until(f"{loop} restartCount >= 2", lambda: restarts() >= 2, timeout=60)
+    first = restarts()
+    wait_until(f"{loop} restartCount grows", lambda: restarts() > first, timeout=60)
+
+    # deleting the pod stops and purges the job
+    job = job_of(nomad_agent.address, get_pod(control_plane, loop)["metadata"]["uid"])
+    assert job is not None
+    kubectl("delete", "pod", loop, "--wait=false")
+    wait_until(f"{loop} gone from the API", lambda: not get_pod(control_plane, loop), timeout=60)
+    wait_until(
+        f"job {job['ID']} purged",
+        lambda: nomad(nomad_agent.address, f"/job/{job['ID']}") is None,
+        timeout=60,
+    )
+    kubectl("delete", "pod", ok, bad, "--wait=true", timeout=90)
+
+
+def test_unschedulable_pod_shows_nomads_placement_reason(
+    control_plane: Any, kubectl: Any, gateway: Any
+) -> None:
+    name = f"huge-{uuid.uuid4().hex[:5]}"
+    kubectl("apply", "-f", "-", input=pod_manifest(name, gateway.node_name, "echo", cpu="1"))
+    # the virtual node has 2 cores; Kubernetes admits 1 core, Nomad has less free → make it
+    # larger than the cluster with a second pod that asks for (almost) everything
+    big = f"{name}-b"
+    kubectl("apply", "-f", "-", input=pod_manifest(big, gateway.node_name, "echo", cpu="1900m"))
+
+    def unschedulable() -> Any:
+        st = get_pod(control_plane, big).get("status", {})
+        return st.get("reason") == "Unschedulable" and st
+
+    st = wait_until(f"{big} Unschedulable", unschedulable)
+    assert st["phase"] == "Pending"
+    assert 'Dimension "cpu" exhausted' in st["message"]
+    kubectl("delete", "pod", name, big, "--wait=false")
+
+
+def test_node_capacity_equals_nomad(control_plane: Any, nomad_agent: Any, gateway: Any) -> None:
+    nodes = [
+        n for n in nomad(nomad_agent.address, "/nodes", resources="true") if n["Status"] == "ready"
+    ]
+    mhz = sum(n["NodeResources"]["Cpu"]["CpuShares"] for n in nodes)
+    cores = sum(n["NodeResources"]["Cpu"]["TotalCpuCores"] for n in nodes)
+    mem_mb = sum(n["NodeResources"]["Memory"]["MemoryMB"] for n in nodes)
+
+    def capacity() -> Any:
+        return (
+            (control_plane.get(f"/api/v1/nodes/{gateway.node_name}") or {})
+            .get("status", {})
+            .get("capacity")
+        )
+
+    cap = wait_until("node capacity", capacity)
+    print(f"\nNomad {mhz} MHz / {cores} cores / {mem_mb} MiB → node capacity {cap}")
+    assert cpu_millis(cap["cpu"]) == int(mhz * 1000 // (mhz / cores))
+    assert parse_quantity(cap["memory"]) == mem_mb * 2**20
+    assert cap["pods"] == "110"
+
+
+def kubelet_or_skip(result: Any) -> None:
+    """The kubelet HTTPS server is another component; until ``vkgate run`` serves it the API
+    server cannot reach it, and these checks have nothing to talk to."""
+    if result.returncode != 0 and "connection refused" in result.stderr:
+        pytest.skip("vkgate run does not serve the kubelet API yet (connection refused)")
+
+
+def test_kubectl_logs_and_exec_reach_the_nomad_task(
+    control_plane: Any, kubectl: Any, gateway: Any
+) -> None:
+    name = f"talk-{uuid.uuid4().hex[:5]}"
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=pod_manifest(name, gateway.node_name, "echo hello from nomad; exec sleep 300"),
+    )
+    wait_until(
+        f"{name} Running",
+        lambda: get_pod(control_plane, name).get("status", {}).get("phase") == "Running",
+    )
+    logs = kubectl("logs", name, check=False, timeout=30)
+    kubelet_or_skip(logs)
+    assert logs.stdout == "hello from nomad\n"
+    out = kubectl(
+        "exec", name, "--", "/bin/sh", "-c", "echo inside; exit 5", check=False, timeout=30
+    )
+    assert out.stdout == "inside\n"
+    assert out.returncode == 5
+    kubectl("delete", "pod", name, "--wait=false")
+
+
+def test_status_latency_via_the_event_stream(
+    control_plane: Any, kubectl: Any, nomad_agent: Any, gateway: Any
+) -> None:
+    """From Nomad's change (task exit stamped by the Nomad client; the server's commit of the
+    allocation update) to the pod status in the API server, observed with a 20 ms poll."""
+    samples = []
+    for _ in range(3):
+        name = f"lat-{uuid.uuid4().hex[:5]}"
+        kubectl("apply", "-f", "-", input=pod_manifest(name, gateway.node_name, "sleep 2; exit 0"))
+        wait_until(
+            f"{name} Running",
+            lambda: get_pod(control_plane, name).get("status", {}).get("phase") == "Running",
+            every=0.05,
+        )
+        seen = wait_until(
+            f"{name} Succeeded",
+            lambda: (
+                get_pod(control_plane, name).get("status", {}).get("phase") == "Succeeded"
+                and time.time()
+            ),
+            every=0.02,
+        )
+        uid = get_pod(control_plane, name)["metadata"]["uid"]
+        job = job_of(nomad_agent.address, uid)
+        assert job is not None
+        alloc = nomad(nomad_agent.address, f"/job/{job['ID']}/allocations")[0]
+        exited = (
+            next(
+                e["Time"] for e in alloc["TaskStates"]["app"]["Events"] if e["Type"] == "Terminated"
+            )
+            / 1e9
+        )
+        samples.append((seen - exited, seen - alloc["ModifyTime"] / 1e9))
+        kubectl("delete", "pod", name, "--wait=false")
+    for end_to_end, from_server in samples:
+        print(
+            f"\nlatency to the pod status in the API server: task exit → {end_to_end * 1000:.0f} ms,"
+            f" Nomad server commit → {from_server * 1000:.0f} ms"
+        )
+    assert max(e for e, _ in samples) < 2.0

@@ -1,0 +1,155 @@
+"""The Zun backend end to end: a real kube-apiserver, the real ``vkgate run`` process with
+``backend.kind = "zun"``, and the stateful fake OpenStack (tests/contract/zun) on a 127.0.0.1
+HTTP server — keystoneauth gets a real token from the fake Keystone, every Zun call carries
+it and the negotiated microversion.
+
+A pod goes Pending → Running → Succeeded; ``kubectl logs`` returns the fake container's log
+text through the kubelet API; deleting a running pod stops and deletes the Zun container.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract" / "zun"))
+from fake_zun import FakeOpenStack, LoopbackServer
+
+pytestmark = pytest.mark.e2e
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def openstack() -> Iterator[LoopbackServer]:
+    fake = FakeOpenStack()
+    fake.script("busybox:1.36", run_seconds=8, exit_code=0, logs=("hello from zun", "bye"))
+    fake.script("nginx:1.27")  # runs until stopped
+    with LoopbackServer(fake) as server:
+        yield server
+
+
+def zun_settings(fake: FakeOpenStack) -> dict[str, Any]:
+    return {
+        "backend": {
+            "kind": "zun",
+            "zun": {
+                "auth_url": fake.auth_url,
+                "username": fake.username,
+                "password": fake.password,
+                "project_name": fake.project_name,
+                "user_domain_name": "Default",
+                "project_domain_name": "Default",
+                "region_name": fake.region,
+                "delete_poll_interval": 0.5,
+                "log_poll_interval": 0.5,
+            },
+        },
+        "pods": {"reconcile_interval": 1.0},
+    }
+
+
+def pod_manifest(
+    name: str, node: str, *, image: str = "busybox:1.36", restart: str = "Never"
+) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": restart,
+                "tolerations": [{"operator": "Exists"}],
+                "terminationGracePeriodSeconds": 5,
+                "containers": [
+                    {"name": "app", "image": image, "command": ["sh", "-c"], "args": ["echo hello"]}
+                ],
+            },
+        }
+    )
+
+
+def test_pod_runs_to_succeeded_and_kubectl_logs_reads_the_container_log(
+    start_gateway, kubectl, openstack: LoopbackServer
+) -> None:
+    fake = openstack.fake
+    gw = start_gateway(zun_settings(fake))
+    name = f"zun-{uuid.uuid4().hex[:6]}"
+    kubectl("apply", "-f", "-", input=pod_manifest(name, gw.node_name))
+
+    def pod() -> dict[str, Any]:
+        out = kubectl("get", "pod", name, "-o", "json", check=False)
+        return json.loads(out.stdout) if out.returncode == 0 else {}
+
+    running = wait_until(
+        "pod Running", lambda: (p := pod()).get("status", {}).get("phase") == "Running" and p
+    )
+    status = running["status"]
+    assert status["podIP"].startswith("10.0.0.")
+    assert status["containerStatuses"][0]["state"]["running"]["startedAt"]
+    (c,) = [c for c in fake.containers.values() if c["labels"].get("k8s.name") == name]
+    assert c["labels"]["k8s.uid"] == running["metadata"]["uid"]
+    assert c["labels"]["vkgate.node"] == gw.node_name
+    assert c["entrypoint"] == ["sh", "-c"] and c["command"] == ["echo hello"]
+    assert fake.token_requests >= 1
+
+    logs = wait_until(
+        "kubectl logs",
+        lambda: (r := kubectl("logs", name, check=False)).returncode == 0 and r.stdout and r,
+    )
+    assert logs.stdout == "hello from zun\nbye\n"
+
+    done = wait_until(
+        "pod Succeeded", lambda: (p := pod()).get("status", {}).get("phase") == "Succeeded" and p
+    )
+    terminated = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 0 and terminated["reason"] == "Completed"
+    assert terminated["containerID"] == f"zun://{c['uuid']}"
+
+
+def test_deleting_a_running_pod_stops_and_deletes_the_container(
+    start_gateway, kubectl, openstack: LoopbackServer
+) -> None:
+    fake = openstack.fake
+    gw = start_gateway(zun_settings(fake))
+    name = f"web-{uuid.uuid4().hex[:6]}"
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=pod_manifest(name, gw.node_name, image="nginx:1.27", restart="Always"),
+    )
+    wait_until(
+        "pod Running",
+        lambda: (
+            json.loads(kubectl("get", "pod", name, "-o", "json").stdout)["status"].get("phase")
+            == "Running"
+        ),
+    )
+    (uuid_,) = [u for u, c in fake.containers.items() if c["labels"].get("k8s.name") == name]
+    kubectl("delete", "pod", name, "--wait=true", "--timeout=60s")
+
+    def gone() -> bool:
+        fake.sync()
+        return uuid_ not in fake.containers
+
+    wait_until("Zun container deleted", gone, timeout=30)
+    stops = [q for m, p, q in fake.requests if p.endswith(f"/{uuid_}/stop")]
+    assert stops and stops[0]["timeout"] == ["5"]
