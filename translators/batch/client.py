@@ -257,6 +257,8 @@ class BatchApi:
                 "transport": HttpxTransport(client),
                 "retry_total": 0,
                 "per_call_policies": [_OcpDatePolicy(self._now)],
+                # azure-core logs every request's headers at INFO; vkgate logs its own calls.
+                "http_logging_policy": SansIOHTTPPolicy(),
             }
             if self.settings.api_version:
                 kwargs["api_version"] = self.settings.api_version
