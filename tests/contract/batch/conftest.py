@@ -1,32 +1,18 @@
 """Fixtures for the Azure Batch contract tier: the stateful fake, translators wired to it through
-``httpx.MockTransport`` (the real SDK pipeline, signing included), and a resolved-pod builder."""
+``httpx.MockTransport`` (the real SDK pipeline, signing included) with a recording sleep and the
+fake's clock.  Pod builders live in ``batch_pods``."""
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
+from batch_pods import Sleeps
 from fake_batch import FakeBatch
 
-from translators.base import EnvVar, ResolvedContainer, ResolvedPod, ResolvedVolume, VolumeMount
 from translators.batch import BatchTranslator
-
-pytestmark = pytest.mark.contract
-
-
-class Sleeps:
-    """An injected sleep that records delays and only yields (no real waiting)."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
-        await asyncio.sleep(0)
 
 
 @pytest.fixture
@@ -85,62 +71,3 @@ async def make_translator(
     yield make
     for t in made:
         await t.close()
-
-
-def container(
-    name: str = "app",
-    image: str = "busybox:1.36",
-    *,
-    command: tuple[str, ...] = (),
-    args: tuple[str, ...] = (),
-    env: tuple[EnvVar, ...] = (),
-    mounts: tuple[VolumeMount, ...] = (),
-    resources: dict[str, Any] | None = None,
-    role: str = "main",
-) -> ResolvedContainer:
-    spec: dict[str, Any] = {"name": name, "image": image}
-    if resources:
-        spec["resources"] = resources
-    return ResolvedContainer(
-        name=name,
-        image=image,
-        command=command,
-        args=args,
-        env=env,
-        mounts=mounts,
-        role=role,
-        spec=spec,
-    )
-
-
-def make_pod(
-    name: str = "p1",
-    *,
-    namespace: str = "default",
-    uid: str | None = None,
-    restart: str = "Never",
-    containers: tuple[ResolvedContainer, ...] | None = None,
-    init: tuple[ResolvedContainer, ...] = (),
-    volumes: tuple[ResolvedVolume, ...] = (),
-    deadline: int | None = None,
-    **kw: Any,
-) -> ResolvedPod:
-    uid = uid or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
-    cs = containers if containers is not None else (container(**kw),)
-    spec: dict[str, Any] = {
-        "restartPolicy": restart,
-        "nodeName": "vk-batch",
-        "containers": [dict(c.spec) for c in cs],
-    }
-    if deadline:
-        spec["activeDeadlineSeconds"] = deadline
-    return ResolvedPod(
-        namespace=namespace,
-        name=name,
-        uid=uid,
-        node_name="vk-batch",
-        pod={"metadata": {"namespace": namespace, "name": name, "uid": uid}, "spec": spec},
-        containers=cs,
-        init_containers=init,
-        volumes=volumes,
-    )

@@ -4,7 +4,7 @@ containers, deadlines — asserted on the WorkloadState the gateway would turn i
 from __future__ import annotations
 
 import pytest
-from conftest import container, make_pod
+from batch_pods import container, make_pod
 from fake_batch import Behaviour, FakeBatch
 
 from translators.base import EnvVar, Phase, UnsupportedError, WorkloadState

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import Sleeps, make_pod
+from batch_pods import Sleeps, make_pod
 from fake_batch import Behaviour, FakeBatch, iter_calls
 
 from translators.base import BackendNotFound, BackendRejected, LogOptions, PodRef

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import container, make_pod
+from batch_pods import container, make_pod
 from fake_batch import FILTERABLE_TASK, Behaviour, FakeBatch, iter_calls
 from fake_odata import parse_filter
 
