@@ -240,19 +240,15 @@ def test_status_latency_via_the_event_stream(
     for _ in range(3):
         name = f"lat-{uuid.uuid4().hex[:5]}"
         kubectl("apply", "-f", "-", input=pod_manifest(name, gateway.node_name, "sleep 2; exit 0"))
-        wait_until(
-            f"{name} Running",
-            lambda n=name: get_pod(control_plane, n).get("status", {}).get("phase") == "Running",
-            every=0.05,
-        )
-        seen = wait_until(
-            f"{name} Succeeded",
-            lambda n=name: (
-                get_pod(control_plane, n).get("status", {}).get("phase") == "Succeeded"
-                and time.time()
-            ),
-            every=0.02,
-        )
+
+        def phase(n: str = name) -> str:
+            return str(get_pod(control_plane, n).get("status", {}).get("phase", ""))
+
+        def succeeded_at() -> float | None:
+            return time.time() if phase() == "Succeeded" else None
+
+        wait_until(f"{name} Running", lambda: phase() == "Running", every=0.05)
+        seen = wait_until(f"{name} Succeeded", succeeded_at, every=0.02)
         uid = get_pod(control_plane, name)["metadata"]["uid"]
         job = job_of(nomad_agent.address, uid)
         assert job is not None

@@ -26,7 +26,7 @@ def captured(name: str) -> dict[str, Any]:
 
 
 def pod(name: str = "web", uid: str = "0b7c1f2e-0000-4000-8000-000000000001") -> ResolvedPod:
-    raw = {
+    raw: dict[str, Any] = {
         "metadata": {"name": name, "namespace": "default", "uid": uid},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox"}]},
     }

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -132,7 +132,7 @@ async def test_stream_cut_mid_event_resumes_from_the_last_index(
                 ),
             ]
         )
-        it = t.changes()
+        it = cast(AsyncGenerator[WorkloadState, None], t.changes())
         first = await next_state(it)
         assert (first.ref.name, first.phase) == ("running", Phase.RUNNING)
         assert first.host_ip == first.pod_ip == "192.0.2.7"  # from the node list

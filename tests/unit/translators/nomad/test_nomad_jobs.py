@@ -1,0 +1,310 @@
+"""Pod → job arithmetic and policy (the parts templates must not get wrong): identity, MHz and
+MiB, ports, constraints, template delimiters, restart policy, per-pod overrides, and the checks
+after rendering."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from translators.base import (
+    OWNER_KEY,
+    EnvVar,
+    ResolvedContainer,
+    ResolvedPod,
+    ResolvedVolume,
+    TranslationError,
+    UnsupportedError,
+    VolumeFile,
+    VolumeMount,
+)
+from translators.nomad.config import NomadConfig
+from translators.nomad.jobs import (
+    constraints,
+    delimiters,
+    device_name,
+    finish_job,
+    is_owned,
+    job_id,
+    mebibytes,
+    mhz,
+    networks,
+    overrides,
+    render_job,
+    restart_policy,
+    task_volumes,
+)
+from translators.rendering import Renderer
+
+CFG = NomadConfig.from_settings({}, environ={})
+
+
+def pod(**kw: Any) -> ResolvedPod:
+    raw = {"metadata": {"name": "web", "namespace": "ns", "uid": "u-1"}, "spec": kw.pop("spec", {})}
+    base: dict[str, Any] = dict(
+        namespace="ns",
+        name="web",
+        uid="1234abcd-0000",
+        node_name="vk",
+        pod=raw,
+        containers=(ResolvedContainer(name="app", image="busybox", command=("true",)),),
+    )
+    base.update(kw)
+    return ResolvedPod(**base)
+
+
+# -- identity ---------------------------------------------------------------------------
+
+
+def test_job_id_is_namespace_name_and_a_uid_suffix() -> None:
+    assert job_id("default", "web", "0b7c1f2e-1111-2222") == "default-web-0b7c1f2e"
+    assert job_id("default", "web", "0b7c1f2e-1111", prefix="k8s-") == "k8s-default-web-0b7c1f2e"
+
+
+def test_job_ids_of_look_alike_pods_differ() -> None:
+    assert job_id("a-b", "c", "11111111") != job_id("a", "b-c", "22222222")
+    # the same pod name re-created (new UID) while the old job still stops
+    assert job_id("ns", "db-0", "aaaaaaaa-1") != job_id("ns", "db-0", "bbbbbbbb-2")
+
+
+_k8s_name = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,200}[a-z0-9])?", fullmatch=True)
+
+
+@given(ns=_k8s_name, name=_k8s_name, uid=st.uuids().map(str))
+def test_job_ids_are_always_valid_and_at_most_128(ns: str, name: str, uid: str) -> None:
+    jid = job_id(ns, name, uid)
+    assert len(jid) <= 128
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", jid)
+    assert jid.endswith(uid.replace("-", "")[:8])
+
+
+def test_ownership_needs_owner_and_node() -> None:
+    assert is_owned({OWNER_KEY: "vkgate", "vkgate.node": "vk"}, "vk")
+    assert not is_owned({OWNER_KEY: "vkgate", "vkgate.node": "other"}, "vk")
+    assert not is_owned({"vkgate.node": "vk"}, "vk")
+    assert not is_owned(None, "vk")
+
+
+# -- numbers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cpu", "factor", "expected"),
+    [
+        ("100m", 1000, 100),
+        ("0.1", 2445, 245),  # ceil(244.5), exact decimal arithmetic
+        ("250m", 2000, 500),
+        ("1", 2394.5, 2395),
+        ("1m", 1000, 1),
+        ("1n", 1000, 1),  # minimum 1 MHz
+        (2, 3000, 6000),
+    ],
+)
+def test_cpu_to_mhz(cpu: Any, factor: float, expected: int) -> None:
+    assert mhz(cpu, factor) == expected
+
+
+@pytest.mark.parametrize(
+    ("mem", "expected"), [("128Mi", 128), ("100M", 96), ("1Gi", 1024), ("1", 10), ("10485761", 11)]
+)
+def test_memory_to_mib_rounds_up_with_a_minimum_of_10(mem: str, expected: int) -> None:
+    assert mebibytes(mem) == expected
+
+
+@pytest.mark.parametrize(
+    ("resource", "device"),
+    [
+        ("nvidia.com/gpu", "nvidia/gpu"),
+        ("amd.com/gpu", "amd/gpu"),
+        ("cpu", None),
+        ("ephemeral-storage", None),
+        ("hugepages-2Mi", None),
+    ],
+)
+def test_extended_resources_become_devices(resource: str, device: str | None) -> None:
+    assert device_name(resource) == device
+
+
+# -- ports and constraints ---------------------------------------------------------------
+
+
+def test_ports_become_unique_sanitized_labels() -> None:
+    c1 = ResolvedContainer(
+        name="a",
+        image="x",
+        spec={
+            "ports": [
+                {"name": "http", "containerPort": 80},
+                {"containerPort": 81, "hostPort": 8081},
+            ]
+        },
+    )
+    c2 = ResolvedContainer(
+        name="b", image="x", spec={"ports": [{"name": "http", "containerPort": 90}]}
+    )
+    nets, labels = networks((c1, c2))
+    assert labels == {"a": ["http", "p81"], "b": ["http_2"]}
+    assert nets == [
+        {
+            "Mode": "host",
+            "DynamicPorts": [{"Label": "http", "To": 80}, {"Label": "http_2", "To": 90}],
+            "ReservedPorts": [{"Label": "p81", "Value": 8081, "To": 81}],
+        }
+    ]
+    assert networks((ResolvedContainer(name="c", image="x"),)) == ([], {})
+
+
+def test_node_selector_keys_map_to_nomad_targets() -> None:
+    out = constraints(
+        {
+            "kubernetes.io/arch": "arm64",
+            "meta.nomad.vkgate.io/rack": "r1",
+            "kubernetes.io/hostname": "vk-1",
+        }
+    )
+    assert out == [
+        {"LTarget": "${attr.cpu.arch}", "RTarget": "arm64", "Operand": "="},
+        {"LTarget": "${meta.rack}", "RTarget": "r1", "Operand": "="},
+    ]
+
+
+# -- volumes -----------------------------------------------------------------------------
+
+
+def test_delimiters_never_occur_in_the_content() -> None:
+    assert delimiters("plain {{ text }}") == ("[[vkgate", "vkgate]]")
+    left, right = delimiters("has [[vkgate and vkgate1]]")
+    assert left not in "has [[vkgate and vkgate1]]" and right not in "has [[vkgate and vkgate1]]"
+
+
+def test_binary_files_go_through_base64decode_and_secrets_into_secrets_dir() -> None:
+    vol = ResolvedVolume(
+        "certs", "secret", files=(VolumeFile("key.der", b"\xff\x00\x01", mode=0o400, secret=True),)
+    )
+    c = ResolvedContainer(name="app", image="x", mounts=(VolumeMount("certs", "/certs", True),))
+    templates, binds = task_volumes(c, {"certs": vol})
+    assert templates[0]["DestPath"] == "secrets/vkgate/certs/key.der"
+    assert templates[0]["EmbeddedTmpl"] == '[[vkgate base64Decode "/wAB" vkgate]]'
+    assert templates[0]["Perms"] == "0400"
+    assert binds == ["secrets/vkgate/certs:/certs:ro"]
+
+
+def test_unsupported_volume_kind_is_refused_with_the_volume_named() -> None:
+    c = ResolvedContainer(name="app", image="x", mounts=(VolumeMount("data", "/data"),))
+    with pytest.raises(UnsupportedError, match="'data' of kind persistentVolumeClaim"):
+        task_volumes(c, {"data": ResolvedVolume("data", "persistentVolumeClaim")})
+
+
+# -- policy ------------------------------------------------------------------------------
+
+
+def test_restart_policy_table() -> None:
+    always = restart_policy("Always", CFG)
+    on_failure = restart_policy("OnFailure", CFG)
+    never = restart_policy("Never", CFG)
+    assert always[0] == "service" and always[1]["Mode"] == "delay" and always[2] is None
+    assert on_failure[0] == "batch" and on_failure[1]["Mode"] == "fail"
+    assert on_failure[1]["Attempts"] == CFG.restart_attempts
+    assert never[0] == "batch" and never[1]["Attempts"] == 0 and never[1]["Mode"] == "fail"
+    assert never[2] == on_failure[2] == {"Attempts": 0, "Unlimited": False}
+    with pytest.raises(TranslationError, match="restartPolicy"):
+        restart_policy("Sometimes", CFG)
+
+
+def test_overrides_respect_the_allow_lists() -> None:
+    cfg = NomadConfig.from_settings({"namespaces": ["batch"], "regions": ["eu"]}, environ={})
+    got = overrides(
+        {
+            "vkgate.io/nomad-namespace": "batch",
+            "vkgate.io/nomad-region": "eu",
+            "vkgate.io/nomad-datacenters": " dc1 ,dc2,",
+            "vkgate.io/nomad-priority": "90",
+        },
+        cfg,
+    )
+    assert (got["namespace"], got["region"], got["datacenters"], got["priority"]) == (
+        "batch",
+        "eu",
+        ["dc1", "dc2"],
+        90,
+    )
+    with pytest.raises(TranslationError, match="not allowed") as err:
+        overrides({"vkgate.io/nomad-namespace": "ops"}, cfg)
+    assert err.value.field == "metadata.annotations[vkgate.io/nomad-namespace]"
+    with pytest.raises(TranslationError, match=r"1\.\.100"):
+        overrides({"vkgate.io/nomad-priority": "high"}, cfg)
+
+
+# -- after rendering ---------------------------------------------------------------------
+
+
+def test_a_template_may_not_change_the_job_id() -> None:
+    info = {"job_id": "ns-web-1234abcd", "meta": {OWNER_KEY: "vkgate"}, "namespace": "default"}
+    with pytest.raises(TranslationError, match=r"Job\.ID must be 'ns-web-1234abcd'"):
+        finish_job({"Job": {"ID": "mine", "TaskGroups": []}}, pod(), info=info, template="t.j2")
+
+
+def test_ownership_meta_is_enforced_over_the_template() -> None:
+    info = {"job_id": "j", "meta": {OWNER_KEY: "vkgate", "vkgate.node": "vk"}, "namespace": "ns"}
+    out = finish_job(
+        {"ID": "j", "TaskGroups": [], "Meta": {OWNER_KEY: "someone", "team": "ml"}},
+        pod(),
+        info=info,
+        template="t.j2",
+    )
+    assert out["Job"]["Meta"] == {OWNER_KEY: "vkgate", "vkgate.node": "vk", "team": "ml"}
+
+
+def test_secret_values_never_reach_meta() -> None:
+    secret_pod = pod(
+        containers=(
+            ResolvedContainer(
+                name="app", image="x", env=(EnvVar("PASSWORD", "hunter2-secret", secret=True),)
+            ),
+        )
+    )
+    info = {"job_id": "j", "meta": {}, "namespace": "ns"}
+    with pytest.raises(TranslationError, match="Secret value"):
+        finish_job(
+            {"ID": "j", "TaskGroups": [], "Meta": {"debug": "pw=hunter2-secret"}},
+            secret_pod,
+            info=info,
+            template="t.j2",
+        )
+
+
+def test_a_team_template_overrides_one_block(tmp_path: Any) -> None:
+    (tmp_path / "nomad").mkdir()
+    (tmp_path / "nomad" / "big.j2").write_text(
+        '{% extends "nomad/job.j2" %}'
+        "{% block resources %}{{ dict(t.resources, CPU=t.resources.CPU * 2) | tojson }}{% endblock %}"
+        '{% block env %}{{ dict(c.env, TEAM="ml") | tojson }}{% endblock %}'
+    )
+    p = pod(containers=(ResolvedContainer(name="app", image="x", env=(EnvVar("A", "1"),)),))
+    job = render_job(
+        p,
+        renderer=Renderer(extra_dirs=[tmp_path]),
+        cfg=CFG,
+        settings={},
+        factor=1000,
+        template="nomad/big.j2",
+    )
+    task = job["Job"]["TaskGroups"][0]["Tasks"][0]
+    assert task["Resources"]["CPU"] == 200  # default 100m at 1000 MHz/core, doubled
+    assert task["Env"] == {"A": "1", "TEAM": "ml"}
+    assert task["Driver"] == "docker"
+
+
+def test_settings_secrets_are_not_in_the_template_context() -> None:
+    from translators.nomad.jobs import context
+
+    ctx = context(
+        pod(), cfg=CFG, settings={"token": "tok", "client_key": "/k", "priority": 5}, factor=1000
+    )
+    assert "tok" not in json.dumps(ctx, default=str)
+    assert ctx["settings"] == {"priority": 5}

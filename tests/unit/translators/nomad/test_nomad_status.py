@@ -1,0 +1,164 @@
+"""Allocation → WorkloadState rules beyond the golden files: time parsing, exit codes from
+signals, tasks that never ran, placement text, reschedule counting."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import pytest
+
+from translators.base import Phase, PodRef
+from translators.nomad.status import (
+    JobView,
+    container_state,
+    parse_time,
+    placement_from,
+    placement_text,
+    workload_state,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (
+            "2026-11-22T09:13:19.000075228Z",
+            _dt.datetime(2026, 11, 22, 9, 13, 19, 75, tzinfo=_dt.UTC),
+        ),
+        ("2026-11-22T09:13:19Z", _dt.datetime(2026, 11, 22, 9, 13, 19, tzinfo=_dt.UTC)),
+        (
+            "2026-11-22T10:13:19.5+01:00",
+            _dt.datetime(2026, 11, 22, 9, 13, 19, 500000, tzinfo=_dt.UTC),
+        ),
+        ("0001-01-01T00:00:00Z", None),
+        (None, None),
+        ("", None),
+        (1795338799000000000, _dt.datetime.fromtimestamp(1795338799, _dt.UTC)),
+    ],
+)
+def test_parse_time(value: Any, expected: _dt.datetime | None) -> None:
+    assert parse_time(value) == expected
+
+
+def dead(details: dict[str, str], *, failed: bool) -> dict[str, Any]:
+    return {
+        "State": "dead",
+        "Failed": failed,
+        "StartedAt": "2026-11-22T09:00:00Z",
+        "FinishedAt": "2026-11-22T09:00:05Z",
+        "Events": [
+            {"Type": "Started", "Time": 1},
+            {"Type": "Terminated", "Time": 2, "Details": details},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("details", "failed", "code", "reason"),
+    [
+        ({"exit_code": "0"}, False, 0, "Completed"),
+        ({"exit_code": "3"}, True, 3, "Error"),
+        ({"exit_code": "0", "signal": "15"}, False, 143, "Error"),
+        ({"exit_code": "137", "signal": "9", "oom_killed": "true"}, True, 137, "OOMKilled"),
+    ],
+)
+def test_terminated_exit_codes(
+    details: dict[str, str], failed: bool, code: int, reason: str
+) -> None:
+    cs = container_state("app", dead(details, failed=failed), alloc_id="a1")
+    assert (cs.state, cs.exit_code, cs.reason) == ("terminated", code, reason)
+    assert cs.container_id == "nomad://a1/app"
+    assert cs.finished_at == _dt.datetime(2026, 11, 22, 9, 0, 5, tzinfo=_dt.UTC)
+
+
+def test_a_task_that_never_ran_and_failed_cannot_run() -> None:
+    ts = {
+        "State": "dead",
+        "Failed": True,
+        "StartedAt": None,
+        "Events": [{"Type": "Driver Failure", "Details": {"driver_error": "exec format error"}}],
+    }
+    cs = container_state("app", ts, alloc_id="a")
+    assert (cs.reason, cs.exit_code, cs.message) == ("ContainerCannotRun", 1, "exec format error")
+
+
+def test_a_task_stopped_before_it_ran_is_completed() -> None:
+    cs = container_state("app", {"State": "dead", "Failed": False, "Events": []}, alloc_id="a")
+    assert (cs.state, cs.exit_code, cs.reason) == ("terminated", 0, "Completed")
+
+
+def test_no_task_state_yet_is_creating() -> None:
+    assert container_state("app", None, alloc_id="").reason == "ContainerCreating"
+    assert container_state("app", None, alloc_id="", initializing=True).reason == "PodInitializing"
+
+
+def test_placement_text_reads_like_nomad_job_status() -> None:
+    ev = {
+        "FailedTGAllocs": {
+            "pod": {
+                "NodesEvaluated": 3,
+                "NodesAvailable": {"dc1": 3, "dc9": 0},
+                "ConstraintFiltered": {"${attr.cpu.arch} = arm64": 2},
+                "NodesExhausted": 1,
+                "DimensionExhausted": {"memory": 1},
+            }
+        }
+    }
+    assert placement_text(ev) == (
+        'No nodes are available in datacenter "dc9"; '
+        'Constraint "${attr.cpu.arch} = arm64": 2 nodes excluded by filter; '
+        "Resources exhausted on 1 nodes; "
+        'Dimension "memory" exhausted on 1 nodes'
+    )
+    assert placement_text({"FailedTGAllocs": {"pod": {"NodesEvaluated": 0}}}) == (
+        "No nodes were eligible for evaluation"
+    )
+    assert placement_from([{"CreateIndex": 5}, {"CreateIndex": 4, **ev}]).startswith("No nodes")
+
+
+def view(**kw: Any) -> JobView:
+    return JobView(
+        job_id="j",
+        namespace="default",
+        region="",
+        ref=PodRef("ns", "p", "u"),
+        node="vk",
+        containers=("app",),
+        **kw,
+    )
+
+
+def test_unschedulable_only_while_not_placed_and_not_stopped() -> None:
+    v = view(placement="Resources exhausted on 1 nodes")
+    st = workload_state(v)
+    assert (st.phase, st.reason, st.placed) == (Phase.PENDING, "Unschedulable", False)
+    assert "Resources exhausted" in st.message
+    v.stop = True
+    assert workload_state(v).reason == ""
+
+
+def test_pending_allocation_whose_task_ran_before_is_running() -> None:
+    v = view()
+    v.allocs["a"] = {
+        "ID": "a",
+        "CreateIndex": 1,
+        "ClientStatus": "pending",
+        "TaskStates": {
+            "app": {
+                "State": "pending",
+                "Restarts": 1,
+                "StartedAt": "2026-11-22T09:00:00Z",
+                "Events": [{"Type": "Restarting"}],
+            }
+        },
+    }
+    st = workload_state(v)
+    assert st.phase == Phase.RUNNING
+    assert st.containers[0].reason == "CrashLoopBackOff" and st.containers[0].restart_count == 1
+
+
+def test_unknown_client_status_is_unknown() -> None:
+    v = view()
+    v.allocs["a"] = {"ID": "a", "ClientStatus": "something-new", "TaskStates": {}}
+    assert workload_state(v).phase == Phase.UNKNOWN
