@@ -39,6 +39,8 @@ Mapping decisions (see also batch.md §3):
 * **Init containers.**  One task each, chained with ``dependsOn`` (the job has
   ``usesTaskDependencies``); the main task depends on all of them.  They may run on different
   compute nodes, so nothing but success/failure is shared between them.
+* **workingDir** → docker ``--workdir`` (``containerSettings.workingDirectory`` only offers
+  ``containerImageDefault`` / ``taskWorkingDirectory``, from ``working_directory``).
 * **Registry.**  ``containerSettings.registry`` from ``[backend.batch.registry]`` when the image is
   on that server.  imagePullSecrets are not resolved by the gateway yet: it would have to hand over
   (server, username, password) per pod, decoded from the ``.dockerconfigjson`` Secret.
@@ -346,6 +348,8 @@ class TaskBuilder:
         else:
             argv = rest
 
+        if c.working_dir:  # workingDirectory only knows two fixed values
+            run_opts += ["--workdir", c.working_dir]
         resources = c.spec.get("resources", {}) or {}
         requests = resources.get("requests", {}) or {}
         limits = resources.get("limits", {}) or {}

@@ -210,3 +210,11 @@ def test_extra_block_adds_fields() -> None:
     b.renderer = renderer
     (task,) = b.build(pod(), template="team/task.j2")
     assert task["outputFiles"] == [] and task["requiredSlots"] == 1
+
+
+def test_working_dir_becomes_docker_workdir() -> None:
+    c = ResolvedContainer(name="c", image="busybox", working_dir="/srv/my app")
+    (task,) = builder().build(dataclasses.replace(pod(), containers=(c,)))
+    opts = shlex.split(task["containerSettings"]["containerRunOptions"])
+    assert opts == ["--workdir", "/srv/my app"]
+    assert task["containerSettings"]["workingDirectory"] == "containerImageDefault"
