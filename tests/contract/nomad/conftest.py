@@ -1,65 +1,21 @@
-"""Fixtures for the Nomad contract tests: respx routes on a fake Nomad address, translators
-whose retry sleeps are recorded instead of slept, and real Nomad JSON from the golden states
-(captured from a ``nomad agent -dev``)."""
+"""Fixtures for the Nomad contract tests: translators on a respx-mocked address whose retry
+sleeps are recorded instead of slept (helpers live in ``nomad_fixtures``)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from nomad_fixtures import ADDRESS, NODE, MakeTranslator, Sleeps
 
-from translators.base import ResolvedContainer, ResolvedPod, TranslatorContext
+from translators.base import TranslatorContext
 from translators.nomad import NomadTranslator
-
-ADDRESS = "http://nomad.test:4646"
-NODE = "vk-golden"  # the node the captured jobs belong to
-STATES = Path(__file__).resolve().parents[2] / "golden" / "nomad" / "states"
-
-
-def captured(name: str) -> dict[str, Any]:
-    """A captured state file: {"job": stub, "allocations": [...], "pod": {...}, ...}."""
-    doc: dict[str, Any] = json.loads((STATES / f"{name}.nomad.json").read_text())
-    return doc
-
-
-def pod(name: str = "web", uid: str = "0b7c1f2e-0000-4000-8000-000000000001") -> ResolvedPod:
-    raw: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "default", "uid": uid},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox"}]},
-    }
-    return ResolvedPod(
-        namespace="default",
-        name=name,
-        uid=uid,
-        node_name=NODE,
-        pod=raw,
-        containers=(
-            ResolvedContainer(
-                name="app",
-                image="busybox",
-                command=("echo", "hi"),
-                spec=raw["spec"]["containers"][0],
-            ),
-        ),
-    )
-
-
-class Sleeps(list[float]):
-    """Records every delay the code under test asked for; returns at once."""
-
-    async def __call__(self, seconds: float) -> None:
-        self.append(seconds)
 
 
 @pytest.fixture
 def sleeps() -> Sleeps:
     return Sleeps()
-
-
-MakeTranslator = Callable[..., Awaitable[NomadTranslator]]
 
 
 @pytest.fixture

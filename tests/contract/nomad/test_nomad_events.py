@@ -12,7 +12,7 @@ from typing import Any, cast
 import httpx
 import pytest
 import respx
-from conftest import ADDRESS, MakeTranslator, captured
+from nomad_fixtures import ADDRESS, MakeTranslator, captured
 
 from translators.base import Phase, WorkloadState
 from translators.nomad.events import EventStream

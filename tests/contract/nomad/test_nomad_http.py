@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import respx
-from conftest import ADDRESS, MakeTranslator, Sleeps, captured, pod
+from nomad_fixtures import ADDRESS, MakeTranslator, Sleeps, captured, pod
 
 from translators.base import (
     BackendAuthError,

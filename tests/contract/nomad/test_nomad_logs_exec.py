@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 import respx
-from conftest import ADDRESS, NODE, MakeTranslator, captured
+from nomad_fixtures import ADDRESS, NODE, MakeTranslator, captured
 from websockets.asyncio.server import ServerConnection, serve
 
 from translators.base import (
