@@ -292,7 +292,9 @@ def workload_state(
 
     tasks = [t for _, t in inits] + ([main] if main is not None else [])
     placed = any(
-        str(t.get("state", "")).lower() in ("preparing", "running", "completed") for t in tasks
+        str(t.get("state", "")).lower() in ("preparing", "running", "completed")
+        or bool((t.get("nodeInfo") or {}).get("nodeId"))
+        for t in tasks
     )
     node_id = ""
     for t in reversed(tasks):
