@@ -23,12 +23,11 @@ What it enforces, like the real services:
 Behaviour per image is a ``Script`` (run time, exit code, log lines, pull error, …); images
 without a script run until stopped.  Served as an ``httpx.MockTransport`` (``transport()``),
 as a ``requests`` session for keystoneauth (``requests_session()``), or on a loopback port
-(``await serve()``) for the gateway e2e test.
+(``LoopbackServer``, real time) for the gateway e2e test.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as _dt
 import itertools
 import json
@@ -262,14 +261,15 @@ class FakeOpenStack:
         self._seq = itertools.count(1)
         self._ips = itertools.count(10)
         self._lock = threading.RLock()
-        self._server: asyncio.AbstractServer | None = None
+        #: real time (the loopback server for the gateway e2e test) instead of ``advance``
+        self.realtime = False
 
     # -- clock ---------------------------------------------------------------------------
 
     def now(self) -> float:
         if self._clock is not None:
             return self._clock()
-        if self._server is not None and self._manual == 0.0:
+        if self.realtime:
             return time.monotonic() - self._real0
         return self._manual
 
@@ -369,71 +369,6 @@ class FakeOpenStack:
         session.mount("http://", Adapter())
         session.mount("https://", Adapter())
         return session
-
-    async def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve on a loopback port (real time); returns and sets ``base_url``."""
-        import h11
-
-        async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            conn = h11.Connection(h11.SERVER)
-            try:
-                while True:
-                    event = conn.next_event()
-                    if event is h11.NEED_DATA:
-                        data = await reader.read(65536)
-                        conn.receive_data(data)
-                        if not data:
-                            return
-                        continue
-                    if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-                        return
-                    if not isinstance(event, h11.Request):
-                        continue
-                    body = b""
-                    while True:
-                        ev = conn.next_event()
-                        if ev is h11.NEED_DATA:
-                            conn.receive_data(await reader.read(65536))
-                            continue
-                        if isinstance(ev, h11.Data):
-                            body += ev.data
-                        if isinstance(ev, h11.EndOfMessage):
-                            break
-                    headers = [(k.decode(), v.decode()) for k, v in event.headers]
-                    url = self.base_url + event.target.decode()
-                    req = httpx.Request(event.method.decode(), url, headers=headers, content=body)
-                    resp = await asyncio.to_thread(self.handle, req)
-                    out_headers = [
-                        (k, v)
-                        for k, v in resp.headers.items()
-                        if k.lower() not in ("content-length", "transfer-encoding", "connection")
-                    ]
-                    out_headers.append(("content-length", str(len(resp.content))))
-                    writer.write(
-                        conn.send(h11.Response(status_code=resp.status_code, headers=out_headers))
-                    )
-                    writer.write(conn.send(h11.Data(data=resp.content)) if resp.content else b"")
-                    writer.write(conn.send(h11.EndOfMessage()))
-                    await writer.drain()
-                    if conn.our_state is h11.MUST_CLOSE:
-                        return
-                    conn.start_next_cycle()
-            except (ConnectionError, h11.ProtocolError):
-                return
-            finally:
-                writer.close()
-
-        self._real0 = time.monotonic()
-        self._server = await asyncio.start_server(client, host, port)
-        sock_port = self._server.sockets[0].getsockname()[1]
-        self.base_url = f"http://{host}:{sock_port}"
-        return self.base_url
-
-    async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
 
     @property
     def auth_url(self) -> str:
@@ -1449,3 +1384,55 @@ class FakeOpenStack:
         if not usages:
             return dict(self.quota)
         return {k: {"limit": v, "in_use": used[k]} for k, v in self.quota.items()}
+
+
+class LoopbackServer:
+    """``fake`` behind a real HTTP/1.1 server on 127.0.0.1, in real time (for a gateway
+    subprocess); a context manager."""
+
+    def __init__(self, fake: FakeOpenStack) -> None:
+        import http.server
+
+        self.fake = fake
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                content = self.rfile.read(length) if length else b""
+                url = owner.fake.base_url + self.path
+                req = httpx.Request(
+                    self.command, url, headers=list(self.headers.items()), content=content
+                )
+                resp = owner.fake.handle(req)
+                self.send_response(resp.status_code)
+                for k, v in resp.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(resp.content)))
+                self.end_headers()
+                self.wfile.write(resp.content)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> LoopbackServer:
+        port = self.httpd.server_address[1]
+        self.fake.base_url = f"http://127.0.0.1:{port}"
+        self.fake.realtime = True
+        self.fake._real0 = time.monotonic()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
