@@ -3,7 +3,6 @@ collection limits, TaskExists on a single add, filter validation, signature cove
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
 from azure.batch import models
