@@ -433,6 +433,14 @@ class TaskBuilder:
         )
         out = self.renderer.render(template, ctx)
         validate_task(out, template=template, secrets=secrets)
+        for key, want in (("id", task["id"]), ("displayName", task["display_name"])):
+            if out.get(key) != want:  # vkgate finds, adopts and deletes its tasks by these
+                raise TranslationError(
+                    f"{key} must stay {want!r} (vkgate maps tasks back to pods by it), "
+                    f"the template made it {out.get(key)!r}",
+                    template=template,
+                    field=key,
+                )
         result: JSON = out
         return result
 

@@ -296,11 +296,8 @@ class BatchTranslator:
                 for t in tasks
             ]
         group = group_tasks(source).get(pod.uid)
-        if group is None:  # a custom template changed displayName: still report something
-            raise BackendRejected(
-                "the task template's displayName is not vkgate's <ns>/<name>/<uid>/<container>",
-                reason="TemplateError",
-            )
+        if group is None:  # adopted tasks vanished between the add and the get
+            raise BackendUnavailable(f"Azure Batch tasks of pod {pod.key} disappeared")
         return workload_state(
             group, job_id=self.job_id, node_name=self.node_name, ip_of=self.nodes.ip_of
         )

@@ -218,3 +218,24 @@ def test_working_dir_becomes_docker_workdir() -> None:
     opts = shlex.split(task["containerSettings"]["containerRunOptions"])
     assert opts == ["--workdir", "/srv/my app"]
     assert task["containerSettings"]["workingDirectory"] == "containerImageDefault"
+
+
+@pytest.mark.parametrize(
+    ("block", "field"),
+    [
+        (
+            '{% block identity %}"id": "mine", "displayName": {{ task.display_name | tojson }},{% endblock %}',
+            "id",
+        ),
+        (
+            '{% block identity %}"id": {{ task.id | tojson }}, "displayName": "my task",{% endblock %}',
+            "displayName",
+        ),
+    ],
+)
+def test_template_may_not_change_identity(block: str, field: str) -> None:
+    b = builder()
+    b.renderer = Renderer(overlay={"team/task.j2": '{% extends "batch/task.j2" %}' + block})
+    with pytest.raises(TranslationError) as err:
+        b.build(pod(), template="team/task.j2")
+    assert err.value.field == field
