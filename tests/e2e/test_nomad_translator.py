@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -19,11 +20,15 @@ import pytest
 
 from gateway.devstack.nomad import NomadAgent
 from translators.base import (
+    EnvVar,
     LogOptions,
     Phase,
     ResolvedContainer,
     ResolvedPod,
+    ResolvedVolume,
     TranslatorContext,
+    VolumeFile,
+    VolumeMount,
     WorkloadState,
 )
 from translators.nomad import NomadTranslator
@@ -338,3 +343,37 @@ async def test_a_new_translator_adopts_its_own_jobs_and_ignores_others(
     finally:
         await same.close()
         await other.close()
+
+
+async def test_update_applies_file_changes_and_refuses_env_changes(
+    translator: NomadTranslator, nomad_agent: NomadAgent
+) -> None:
+    base = make_pod(
+        translator.node_name, "cat local/vkgate/cfg/app.conf; exec sleep 300", policy="Always"
+    )
+    app = dataclasses.replace(
+        base.containers[0], mounts=(VolumeMount("cfg", "/etc/app"),), env=(EnvVar("A", "1"),)
+    )
+    pod = dataclasses.replace(
+        base,
+        containers=(app,),
+        volumes=(ResolvedVolume("cfg", "configMap", files=(VolumeFile("app.conf", b"v=1\n"),)),),
+    )
+    created = await translator.create(pod)
+
+    def version() -> int:
+        return int(nomad_get(nomad_agent, f"/job/{created.backend_id}")["Version"])
+
+    assert await translator.update(pod, created) is True  # nothing changed: nothing sent
+    assert version() == 0
+    newer = dataclasses.replace(
+        pod,
+        volumes=(ResolvedVolume("cfg", "configMap", files=(VolumeFile("app.conf", b"v=2\n"),)),),
+    )
+    assert await translator.update(newer, created) is True
+    assert version() == 1
+    other_env = dataclasses.replace(
+        newer, containers=(dataclasses.replace(app, env=(EnvVar("A", "2"),)),)
+    )
+    assert await translator.update(other_env, created) is False  # needs a re-create
+    assert version() == 1

@@ -74,6 +74,37 @@ TERMINAL = frozenset({"complete", "failed", "lost"})
 Key = tuple[str, str, str]  # (region, namespace, job id)
 
 
+def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[str]:
+    """What differs between a registered job and a freshly rendered one, per task: "image",
+    "files" (template contents), "other" (config, env, resources, tasks added/removed)."""
+
+    def tasks(job: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        return {
+            str(t.get("Name")): t for g in job.get("TaskGroups") or [] for t in g.get("Tasks") or []
+        }
+
+    def files(task: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+        return [(f.get("DestPath"), f.get("EmbeddedTmpl")) for f in task.get("Templates") or []]
+
+    have, want = tasks(current), tasks(wanted)
+    if set(have) != set(want):
+        return {"other"}
+    out: set[str] = set()
+    for name, w in want.items():
+        h = have[name]
+        hc, wc = dict(h.get("Config") or {}), dict(w.get("Config") or {})
+        if hc.pop("image", None) != wc.pop("image", None):
+            out.add("image")
+        if hc != wc or (h.get("Env") or {}) != (w.get("Env") or {}):
+            out.add("other")
+        hr, wr = h.get("Resources") or {}, w.get("Resources") or {}
+        if any(hr.get(k) != v for k, v in wr.items() if k != "Devices"):
+            out.add("other")
+        if files(h) != files(w):
+            out.add("files")
+    return out
+
+
 class NomadTranslator:
     kind = "nomad"
     features = Features(
@@ -357,31 +388,22 @@ class NomadTranslator:
         return state
 
     async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
-        """Images may change in place (Nomad replaces the allocation); nothing else needs to."""
+        """Apply a changed image or changed ConfigMap/Secret file contents by re-registering the
+        job (Nomad replaces the allocation: the containers restart with the new image/files);
+        any other change (env, resources, ports, …) needs a re-create, so say so."""
         spec = await self._render(pod)
         job = spec["Job"]
-        existing = await self._get_job(
-            job["ID"], namespace=job.get("Namespace") or "default", region=job.get("Region") or ""
-        )
+        ns, region = str(job.get("Namespace") or "default"), str(job.get("Region") or "")
+        existing = await self._get_job(job["ID"], namespace=ns, region=region)
         if existing is None:
             return False
-
-        def images(j: Mapping[str, Any]) -> dict[str, Any]:
-            return {
-                t["Name"]: (t.get("Config") or {}).get("image")
-                for g in j.get("TaskGroups") or []
-                for t in g.get("Tasks") or []
-            }
-
-        if images(existing) != images(job):
-            await self.client.call(
-                "POST",
-                "/jobs",
-                body=spec,
-                namespace=job.get("Namespace") or "default",
-                region=job.get("Region") or "",
-            )
-        return True
+        changed = job_changes(existing, job)
+        if not changed:
+            return True
+        if changed <= {"image", "files"}:
+            await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
+            return True
+        return False
 
     async def _locate(self, ref: PodRef) -> JobView | None:
         """The owned job of a pod: from the views, else by its computed ID in each scope."""
