@@ -163,7 +163,7 @@ class ZunTranslator:
 
     def _features(self) -> Features:
         capsules = self.cfg.capsules and self.client.supports("capsules")
-        pod_features = {"multiContainer", "sidecars"} if capsules else set()
+        pod_features = {"sidecars"} if capsules else set()
         if capsules and self.client.supports("capsule_init_containers"):
             pod_features.add("initContainers")
         volume_kinds = {"projected"}  # only the ServiceAccount token volume, which is skipped

@@ -127,7 +127,7 @@ async def test_multi_container_pod_without_capsule_support_is_unsupported(
 ) -> None:
     fake.set_versions("1.1", "1.31")
     zun = await make_translator()
-    assert "multiContainer" not in zun.features.pod_features
+    assert "sidecars" not in zun.features.pod_features
     with pytest.raises(UnsupportedError, match=r"capsules need Zun microversion 1\.32"):
         await zun.create(resolved_pod(multi_pod()))
 
