@@ -112,8 +112,19 @@ class RetryPolicy:
         return self.backoff[attempt]
 
 
+def _redact(detail: str) -> str:
+    """Zun's schema errors echo the rejected value (``… Value: {'PASSWORD': …}. reason``),
+    which may be a Secret-backed env value: keep the field, drop the value."""
+    head, sep, _ = detail.partition("Value:")
+    return f"{head.rstrip()} (value redacted)" if sep else detail
+
+
 def error_detail(resp: httpx.Response) -> str:
-    """The human message of a Zun or Keystone error body, truncated."""
+    """The human message of a Zun or Keystone error body, truncated, values redacted."""
+    return _redact(_raw_detail(resp))
+
+
+def _raw_detail(resp: httpx.Response) -> str:
     try:
         body = resp.json()
     except ValueError:

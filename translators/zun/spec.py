@@ -292,7 +292,11 @@ class SpecBuilder:
             "stdin": bool(spec.get("stdin")),
             "workdir": c.working_dir,
         }
-        ports = [p for p in spec.get("ports") or [] if p.get("containerPort")]
+        ports = [
+            p
+            for p in spec.get("ports") or []
+            if p.get("containerPort") and str(p.get("protocol") or "TCP").upper() in ("TCP", "UDP")
+        ]
         if kind == "container":
             command, args = list(c.command), list(c.args)
             entrypoint: list[str] | None = None

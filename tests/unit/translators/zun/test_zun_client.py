@@ -248,3 +248,10 @@ def test_error_messages_are_truncated_and_keystone_bodies_understood() -> None:
     assert "requires authentication" in str(ks)
     text = error_for(httpx.Response(502, text="<html>proxy</html>"), method="GET", path="/x")
     assert "<html>proxy</html>" in str(text)
+
+
+def test_rejected_values_are_not_echoed_into_messages() -> None:
+    detail = "Invalid input for field/attribute environment. Value: {'DB_PASSWORD': 's3cr3t'}. 1 is not of type 'string'"
+    err = error_for(zun_error(400, detail), method="POST", path="/containers")
+    assert "s3cr3t" not in str(err)
+    assert "field/attribute environment" in str(err) and "(value redacted)" in str(err)
