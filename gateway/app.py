@@ -123,6 +123,19 @@ class App:
         )
         #: gateway.kubelet server (the kubelet helper wires it here).
         self.kubelet: Any = None
+        if settings.kubelet.enabled:
+            from gateway.kubelet.service import KubeletServer, add_component_collectors
+
+            self.kubelet = KubeletServer(
+                settings=settings.kubelet,
+                node_name=settings.node.name,
+                pods=self.pods,
+                translator=self.translator,
+                client=self.kube,
+                clock=self.clock,
+                hosts=lambda: [self.node.internal_ip],
+            )
+            add_component_collectors(self.kubelet.registry, kube=self.kube, pods=self.pods)
         self._stop = asyncio.Event()
         self._started: list[Any] = []
 

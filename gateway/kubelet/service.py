@@ -10,14 +10,20 @@ Requests and auth outcomes are counted in the gateway's own metrics, served plai
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gateway.clock import Clock, SystemClock
 from gateway.config import KubeletSettings
 from gateway.kubelet.auth import Authenticator, AuthError, Authorizer, ReviewClient
 from gateway.kubelet.certs import CertStore
-from gateway.kubelet.ownmetrics import GatewayMetrics, MetricsServer, Registry, path_class
+from gateway.kubelet.ownmetrics import (
+    GatewayMetrics,
+    MetricsServer,
+    Registry,
+    Sample,
+    path_class,
+)
 from gateway.kubelet.routes import KubeletAPI, PodLookup
 from gateway.kubelet.server import Exchange, HttpServer, Request
 
@@ -35,7 +41,7 @@ class KubeletServer:
         client: ReviewClient | None,
         clock: Clock | None = None,
         registry: Registry | None = None,
-        hosts: Sequence[str] = (),
+        hosts: Sequence[str] | Callable[[], Sequence[str]] = (),
         default_address: str = "0.0.0.0",
         cert_check_interval: float = 5.0,
     ) -> None:
@@ -45,7 +51,7 @@ class KubeletServer:
         self.registry = registry or Registry()
         self.metrics = GatewayMetrics(self.registry)
         self.address = settings.address or default_address
-        self._hosts = list(dict.fromkeys([*hosts, node_name, self.address, "127.0.0.1"]))
+        self._hosts = hosts
         self._cert_check_interval = cert_check_interval
         self.authn = Authenticator(client=client, anonymous=settings.anonymous, clock=self.clock)
         self.authz = Authorizer(
@@ -98,11 +104,13 @@ class KubeletServer:
 
     async def start(self) -> None:
         s = self.settings
+        extra = self._hosts() if callable(self._hosts) else self._hosts
+        hosts = [h for h in (*extra, self.node_name, self.address, "127.0.0.1") if h]
         self.certs = CertStore(
             cert_file=s.cert_file,
             key_file=s.key_file,
             client_ca_file=s.client_ca_file,
-            hosts=self._hosts,
+            hosts=[h for h in dict.fromkeys(hosts) if h != "0.0.0.0"],
             check_interval=self._cert_check_interval,
             clock=self.clock,
         )
@@ -157,4 +165,42 @@ class KubeletServer:
             seconds,
             ex.bytes_sent,
             getattr(req.user, "name", "-"),
+        )
+
+
+def add_component_collectors(
+    registry: Registry, *, kube: object = None, pods: object = None
+) -> None:
+    """Expose other components' counters at scrape time (they never import this package).
+
+    ``kube.stats``: API writes keyed ``(verb, resource)``; ``pods.stats``: pod sync counters
+    by name (a mapping, or a method returning one)."""
+
+    def _mapping(obj: object) -> Mapping[Any, Any]:
+        value = getattr(obj, "stats", None)
+        if callable(value):
+            value = value()
+        return value if isinstance(value, Mapping) else {}
+
+    def api_writes() -> Iterable[Sample]:
+        for key, n in sorted(_mapping(kube).items(), key=str):
+            verb, resource = key if isinstance(key, tuple) and len(key) == 2 else ("", str(key))
+            yield Sample(
+                "vkgate_api_writes_total", float(n), (("verb", verb), ("resource", resource))
+            )
+
+    def pod_syncs() -> Iterable[Sample]:
+        for key, n in sorted(_mapping(pods).items(), key=str):
+            yield Sample("vkgate_pod_sync_operations_total", float(n), (("operation", str(key)),))
+
+    if kube is not None:
+        registry.add_collector(
+            "vkgate_api_writes_total", "counter", "Writes sent to the Kubernetes API", api_writes
+        )
+    if pods is not None:
+        registry.add_collector(
+            "vkgate_pod_sync_operations_total",
+            "counter",
+            "Pod controller operations (creates, status writes, deletes, ...)",
+            pod_syncs,
         )
