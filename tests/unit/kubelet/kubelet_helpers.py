@@ -186,9 +186,7 @@ class FakeTranslator:
     log_calls: list[LogOptions] = field(default_factory=list)
     sessions: list[ScriptedExec] = field(default_factory=list)
     logs_closed: int = 0
-    exec_calls: list[tuple[PodRef, str, tuple[str, ...], bool, bool]] = field(
-        default_factory=list
-    )
+    exec_calls: list[tuple[PodRef, str, tuple[str, ...], bool, bool]] = field(default_factory=list)
 
     async def logs(self, ref: PodRef, container: str, options: LogOptions) -> AsyncIterator[bytes]:
         self.log_calls.append(options)
@@ -242,14 +240,28 @@ class DictPods:
         return list(self.by_key.values())
 
 
-def pod(name: str = "p", ns: str = "default", *, node: str = "vk-1", containers: Sequence[str] = ("app",), uid: str = "uid-1") -> dict[str, Any]:
+def pod(
+    name: str = "p",
+    ns: str = "default",
+    *,
+    node: str = "vk-1",
+    containers: Sequence[str] = ("app",),
+    uid: str = "uid-1",
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": ns, "uid": uid},
-        "spec": {"nodeName": node, "containers": [{"name": c, "image": "busybox"} for c in containers]},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": c, "image": "busybox"} for c in containers],
+        },
         "status": {
             "phase": "Running",
             "containerStatuses": [
-                {"name": c, "image": "busybox", "state": {"running": {"startedAt": "2026-03-01T10:00:00Z"}}}
+                {
+                    "name": c,
+                    "image": "busybox",
+                    "state": {"running": {"startedAt": "2026-03-01T10:00:00Z"}},
+                }
                 for c in containers
             ],
         },
@@ -297,7 +309,9 @@ class TestCA:
     cert_pem: bytes
     key: Any
 
-    def issue(self, cn: str, orgs: Sequence[str] = (), *, server_hosts: Sequence[str] = ()) -> tuple[bytes, bytes]:
+    def issue(
+        self, cn: str, orgs: Sequence[str] = (), *, server_hosts: Sequence[str] = ()
+    ) -> tuple[bytes, bytes]:
         import ipaddress
 
         from cryptography import x509
@@ -328,16 +342,26 @@ class TestCA:
                 except ValueError:
                     sans.append(x509.DNSName(h))
             b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            b = b.add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            )
         else:
-            b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            b = b.add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+            )
         cert = b.sign(self.key, hashes.SHA256())
         return (
             cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
         )
 
-    def write(self, directory: Path, name: str, cn: str, orgs: Sequence[str] = (), **kw: Any) -> tuple[Path, Path]:
+    def write(
+        self, directory: Path, name: str, cn: str, orgs: Sequence[str] = (), **kw: Any
+    ) -> tuple[Path, Path]:
         cert, key = self.issue(cn, orgs, **kw)
         c, k = directory / f"{name}.crt", directory / f"{name}.key"
         c.write_bytes(cert)
@@ -365,9 +389,15 @@ def make_ca(cn: str = "test-ca") -> TestCA:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )

@@ -69,7 +69,7 @@ class Env:
 def _allow(spec: dict[str, Any]) -> bool:
     if "system:masters" in spec.get("groups", []):
         return True
-    return spec["user"] == "admin"
+    return bool(spec["user"] == "admin")
 
 
 async def _start(tmp: Path, translator: Any, **settings: Any) -> Env:
@@ -169,7 +169,7 @@ async def test_client_certificate_authenticates_as_cn_with_o_groups(env: Env) ->
     async with env.http() as c:
         r = await c.get("/healthz")
     assert r.status_code == 200 and r.text == "ok"
-    (_, sar), = [(p, b) for p, b in env.reviews.calls if p.endswith("subjectaccessreviews")]
+    ((_, sar),) = [(p, b) for p, b in env.reviews.calls if p.endswith("subjectaccessreviews")]
     assert sar["spec"]["user"] == "kube-apiserver"
     assert sar["spec"]["groups"] == ["system:masters"]
     assert sar["spec"]["resourceAttributes"]["subresource"] == "healthz"
@@ -527,7 +527,7 @@ async def test_backend_exec_failure_is_a_status_on_the_error_stream(env: Env) ->
     async def boom(*a: Any, **k: Any) -> Any:
         raise BackendUnavailable("nomad is down")
 
-    env.translator.exec = boom  # type: ignore[method-assign]
+    env.translator.exec = boom
     client, head = await _spdy_exec(env, "command=ls&output=1")
     assert head.startswith(b"HTTP/1.1 101")
     err = await client.open("error")
@@ -549,7 +549,9 @@ def _usage() -> NodeUsage:
             PodUsage(
                 PodRef("default", "p", "uid-1"),
                 (
-                    ContainerUsage("app", cpu_core_seconds=1.5, memory_working_set_bytes=1000, started_at=t),
+                    ContainerUsage(
+                        "app", cpu_core_seconds=1.5, memory_working_set_bytes=1000, started_at=t
+                    ),
                     ContainerUsage("side", cpu_core_seconds=0.5, memory_working_set_bytes=None),
                 ),
                 started_at=t,
@@ -584,7 +586,10 @@ async def test_stats_summary_shape(env: Env) -> None:
         r = await c.get("/stats/summary", params={"only_cpu_and_memory": "true"})
     s = r.json()
     assert s["node"]["nodeName"] == NODE
-    assert s["node"]["cpu"] == {"time": "2026-03-01T10:00:00Z", "usageCoreNanoSeconds": 2_000_000_000}
+    assert s["node"]["cpu"] == {
+        "time": "2026-03-01T10:00:00Z",
+        "usageCoreNanoSeconds": 2_000_000_000,
+    }
     (p,) = s["pods"]
     assert p["podRef"] == {"name": "p", "namespace": "default", "uid": "uid-1"}
     assert [c["name"] for c in p["containers"]] == ["app", "side"]
