@@ -293,8 +293,10 @@ class NodeController:
             created = await self._create()
             if created is not None:
                 self._set_node(created)
+                self._last_write = self.clock.monotonic()
+                self._owned_resources = set(self._facts().capacity)
                 log.info("registered node %s (uid %s)", self.name, self.uid)
-                await self._sync_status(force=True)
+                await self._sync_status()  # writes only if the server dropped some status
                 return
             node = await self.client.get(self.path)  # created concurrently by someone else
         node = await self._patch_metadata(node)
