@@ -125,6 +125,8 @@ class SimulatedTranslator:
             Path(merged["unreachable_file"]) if merged.get("unreachable_file") else None
         )
         self.notify_interval = float(merged.get("notify_interval", 0.2))
+        #: Tests only: run exec commands as local subprocesses (see the Executor block).
+        self.exec_local = str(merged.get("exec_local", "")).lower() in ("1", "true", "yes")
         self._capacity = Capacity(
             cpu_millis=cpu_millis(merged.get("cpu", "16")),
             memory_bytes=int(parse_quantity(merged.get("memory", "64Gi"))),
@@ -262,9 +264,8 @@ class SimulatedTranslator:
         rec = self._records.get(ref.uid)
         if rec is None or container not in rec.containers + rec.init_containers:
             raise BackendNotFound(f"no container {container!r} in pod {ref.key}")
-        for chunk in self._logs.get(ref.uid, []):
-            if chunk.startswith(container.encode() + b":"):
-                yield chunk
+        async for chunk in self._log_stream(ref.uid, container, options):
+            yield chunk
 
     # -- state ---------------------------------------------------------------------------
 
@@ -397,3 +398,131 @@ class SimulatedTranslator:
             init_containers=init,
             node_name=rec.node or OWNER_VALUE,
         )
+
+    # -- LogReader options and Executor (kubelet helper) ----------------------------------
+    # Logs honour tailLines, sinceTime, timestamps, limitBytes and follow (follow ends when the
+    # container has terminated or the workload is gone).  Exec runs the command as a LOCAL
+    # subprocess, and only with ``exec_local = true`` in [backend.simulated] (tests): a
+    # benchmark backend must never run arbitrary commands on the gateway's host.
+
+    async def _log_stream(
+        self, uid: str, container: str, options: LogOptions
+    ) -> AsyncIterator[bytes]:
+        rec = self._records.get(uid)
+        created = _ts(rec.created) if rec else _dt.datetime.now(_dt.UTC)
+        lines = [
+            line
+            for chunk in self._logs.get(uid, [])
+            if chunk.startswith(container.encode() + b":")
+            for line in chunk.splitlines(keepends=True)
+        ]
+        if options.since is not None and options.since > created:
+            lines = []
+        if options.tail_lines is not None:
+            lines = lines[len(lines) - options.tail_lines :] if options.tail_lines else []
+        if options.timestamps:
+            stamp = created.strftime("%Y-%m-%dT%H:%M:%S.%f000Z ").encode()
+            lines = [stamp + line for line in lines]
+        budget = options.limit_bytes
+        for line in lines:
+            out = line if budget is None else line[:budget]
+            if budget is not None:
+                budget -= len(out)
+            if out:
+                yield out
+            if budget is not None and budget <= 0:
+                return
+        while options.follow and (rec := self._records.get(uid)) is not None:
+            st = self._state(rec, self.clock())
+            states = [c for c in (*st.containers, *st.init_containers) if c.name == container]
+            if not states or all(c.state == "terminated" for c in states):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self.notify_interval)
+            if self._closed.is_set():
+                return
+
+    async def exec(
+        self, ref: PodRef, container: str, command: Sequence[str], *, tty: bool, stdin: bool
+    ) -> _LocalExec:
+        from translators.base import BackendNotFound, UnsupportedError
+
+        self._check_reachable()
+        rec = self._records.get(ref.uid)
+        if rec is None or container not in rec.containers + rec.init_containers:
+            raise BackendNotFound(f"no container {container!r} in pod {ref.key}")
+        if not self.exec_local:
+            raise UnsupportedError(
+                "exec is disabled in the simulated backend "
+                "(set backend.simulated.exec_local = true, for tests only)",
+                reason="ExecDisabled",
+            )
+        if not command:
+            raise UnsupportedError("exec needs a command", reason="ExecNoCommand")
+        import subprocess
+
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if tty else subprocess.PIPE,
+            )
+        except OSError as exc:
+            raise UnsupportedError(
+                f"cannot run {command[0]!r}: {exc}", reason="ExecFailed"
+            ) from exc
+        return _LocalExec(proc)
+
+
+class _LocalExec:
+    """An ``ExecSession`` over a local subprocess (simulated backend, tests only)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+
+    async def write_stdin(self, data: bytes) -> None:
+        if self._proc.stdin is not None and not self._proc.stdin.is_closing():
+            self._proc.stdin.write(data)
+            with contextlib.suppress(ConnectionError):
+                await self._proc.stdin.drain()
+
+    async def close_stdin(self) -> None:
+        if self._proc.stdin is not None and not self._proc.stdin.is_closing():
+            self._proc.stdin.close()
+
+    async def resize(self, width: int, height: int) -> None:
+        return None  # no pty
+
+    async def output(self) -> AsyncIterator[tuple[int, bytes]]:
+        queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
+
+        async def pump(n: int, stream: asyncio.StreamReader | None) -> None:
+            while stream is not None and (data := await stream.read(65536)):
+                await queue.put((n, data))
+            await queue.put(None)
+
+        tasks = [
+            asyncio.create_task(pump(1, self._proc.stdout)),
+            asyncio.create_task(pump(2, self._proc.stderr)),
+        ]
+        ended = 0
+        try:
+            while ended < len(tasks):
+                item = await queue.get()
+                if item is None:
+                    ended += 1
+                else:
+                    yield item
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def wait(self) -> int:
+        return await self._proc.wait()
+
+    async def cancel(self) -> None:
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            await self._proc.wait()
