@@ -158,13 +158,14 @@ class KubeletServer:
         self.metrics.requests.inc(cls, req.method, code)
         self.metrics.duration.observe(cls, value=seconds)
         log.debug(
-            "kubelet: %s %s -> %s (%.3fs, %d bytes, user=%s)",
+            "kubelet: %s %s -> %s (%.3fs, %d bytes, user=%s, upgrade=%s)",
             req.method,
             req.path,
             code,
             seconds,
             ex.bytes_sent,
             getattr(req.user, "name", "-"),
+            req.upgrade or "-",
         )
 
 
