@@ -337,12 +337,14 @@ def _summary(
         f"gateway conf: {gw.config_path}",
     ]
     if agent is not None:
-        lines.append(
-            f"nomad:        {agent.address}  (NOMAD_ADDR={agent.address} nomad job status)"
-        )
+        lines.append(f"nomad:        {agent.address}")
     lines += [
         "try:",
         f"    export KUBECONFIG={cp.kubeconfig}",
+    ]
+    if agent is not None:
+        lines.append(f"    NOMAD_ADDR={agent.address} {build.binary_path('nomad')} job status")
+    lines += [
         f"    {kubectl_cmd} get nodes -o wide",
         f"    {kubectl_cmd} get pods -A -o wide",
         f"    {kubectl_cmd} logs {SAMPLE_POD}",
