@@ -31,6 +31,7 @@ from kubelet_helpers import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect as ws_connect
+from websockets.typing import Subprotocol
 
 from gateway.config import KubeletSettings
 from gateway.kubelet import KubeletServer
@@ -647,3 +648,74 @@ async def test_serving_certificate_reloads_when_files_change(env: Env) -> None:
     from cryptography import x509
 
     assert after == x509.load_pem_x509_certificate(cert).serial_number
+
+
+async def test_streams_not_created_in_time_end_the_connection(env: Env) -> None:
+    env.server.api.creation_timeout = 0.3
+    client, head = await _spdy_exec(env, "command=ls&output=1")
+    assert head.startswith(b"HTTP/1.1 101")
+    await client.open("error")  # but never the stdout stream it asked for
+    await client.until(lambda: client.eof or client.goaway is not None, wait_s=5)
+    assert env.translator.exec_calls == [], "the backend exec never started"
+    client.writer.close()
+
+
+async def test_attach_maps_to_the_translators_attach(env: Env) -> None:
+    calls: list[tuple[str, bool, bool]] = []
+
+    async def attach(ref: PodRef, container: str, *, tty: bool, stdin: bool) -> ScriptedExec:
+        calls.append((container, tty, stdin))
+        return ScriptedExec(echo_then_exit(0, b"attached\n"))
+
+    env.translator.attach = attach
+    frames: list[bytes] = []
+    url = f"wss://127.0.0.1:{env.server.port}/attach/default/p/app?output=1"
+    v4 = Subprotocol("v4.channel.k8s.io")
+    async with ws_connect(
+        url, ssl=env.client_ctx, subprotocols=[v4], proxy=None, compression=None
+    ) as ws:
+        async for msg in ws:
+            assert isinstance(msg, bytes)
+            frames.append(msg)
+    assert b"\x01attached\n" in frames
+    assert calls == [("app", False, False)]
+
+
+async def test_self_signed_certificate_when_no_files(tmp_path: Path) -> None:
+    ks = KubeletSettings(
+        address="127.0.0.1",
+        port=0,
+        metrics_address="",
+        authorization="always-allow",
+        anonymous=True,
+    )
+    server = KubeletServer(
+        settings=ks,
+        node_name="vk-dev",
+        pods=DictPods(),
+        translator=FakeTranslator(),
+        client=None,
+        hosts=lambda: ["10.1.2.3"],
+    )
+    await server.start()
+    try:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        _, w = await asyncio.open_connection("127.0.0.1", server.port, ssl=ctx)
+        der = w.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        w.close()
+        from cryptography import x509
+
+        cert = x509.load_der_x509_certificate(der)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = {str(v) for v in sans.get_values_for_type(x509.IPAddress)} | set(
+            sans.get_values_for_type(x509.DNSName)
+        )
+        assert {"10.1.2.3", "127.0.0.1", "vk-dev"} <= names
+        async with httpx.AsyncClient(verify=False, trust_env=False) as c:
+            r = await c.get(f"https://127.0.0.1:{server.port}/healthz")
+        assert r.status_code == 200  # anonymous + always-allow: the dev setup
+        assert server.metrics_port is None
+    finally:
+        await server.stop()
