@@ -45,11 +45,14 @@ from translators.base import (
     BackendUnavailable,
     Capacity,
     ContainerState,
+    ContainerUsage,
     Features,
     LogOptions,
     NodeInfo,
+    NodeUsage,
     Phase,
     PodRef,
+    PodUsage,
     ResolvedPod,
     TranslatorContext,
     WorkloadState,
@@ -127,6 +130,8 @@ class SimulatedTranslator:
         self.notify_interval = float(merged.get("notify_interval", 0.2))
         #: Tests only: run exec commands as local subprocesses (see the Executor block).
         self.exec_local = str(merged.get("exec_local", "")).lower() in ("1", "true", "yes")
+        #: Tests only: per-container usage every running container reports (MetricsSource).
+        self.usage_per_container = dict(merged.get("usage") or {})
         self._capacity = Capacity(
             cpu_millis=cpu_millis(merged.get("cpu", "16")),
             memory_bytes=int(parse_quantity(merged.get("memory", "64Gi"))),
@@ -473,6 +478,46 @@ class SimulatedTranslator:
                 f"cannot run {command[0]!r}: {exc}", reason="ExecFailed"
             ) from exc
         return _LocalExec(proc)
+
+    async def usage(self) -> NodeUsage:
+        """MetricsSource: with ``usage = {cpu = "250m", memory = "64Mi"}`` in
+        [backend.simulated], every running container uses that much (CPU time accumulates
+        since it started); without it nothing is known and nothing is reported."""
+        self._check_reachable()
+        now = self.clock()
+        cores = (
+            cpu_millis(self.usage_per_container["cpu"]) / 1000
+            if "cpu" in self.usage_per_container
+            else None
+        )
+        memory = (
+            int(parse_quantity(self.usage_per_container["memory"]))
+            if "memory" in self.usage_per_container
+            else None
+        )
+        pods = []
+        for rec in self._records.values():
+            st = self._state(rec, now)
+            running = [c for c in st.containers if c.state == "running" and c.started_at]
+            pods.append(
+                PodUsage(
+                    ref=rec.ref,
+                    started_at=st.started_at,
+                    containers=tuple(
+                        ContainerUsage(
+                            name=c.name,
+                            cpu_core_seconds=None
+                            if cores is None or c.started_at is None
+                            else cores * max(0.0, now - c.started_at.timestamp()),
+                            cpu_nano_cores=None if cores is None else int(cores * 1e9),
+                            memory_working_set_bytes=memory,
+                            started_at=c.started_at,
+                        )
+                        for c in running
+                    ),
+                )
+            )
+        return NodeUsage(time=_dt.datetime.fromtimestamp(now, _dt.UTC), pods=tuple(pods))
 
 
 class _LocalExec:
