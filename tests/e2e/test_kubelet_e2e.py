@@ -337,3 +337,40 @@ def test_own_metrics_port(gateway: Any, running_pod: str, kubectl: Any) -> None:
     reqs = fams["vkgate_kubelet_requests"].samples
     assert any(s.labels["path"] == "containerLogs" and s.labels["code"] == "200" for s in reqs)
     assert "vkgate_api_writes" in fams
+
+
+def test_resource_metrics_values_from_a_measuring_backend(
+    start_gateway: Any, control_plane: Any, kubectl: Any
+) -> None:
+    gw = start_gateway({"backend": {"simulated": {"usage": {"cpu": "250m", "memory": "64Mi"}}}})
+    name = f"km-{uuid.uuid4().hex[:6]}"
+    kubectl("apply", "-f", "-", input=manifest(name, gw.node_name))
+    wait_until(
+        f"pod {name} Running",
+        lambda: kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout == "Running",
+    )
+    time.sleep(1.0)
+    ctx = _serving_ctx(control_plane)
+    client_cert = control_plane.pki.apiserver_kubelet_client
+    ctx.load_cert_chain(str(client_cert.cert), str(client_cert.key))
+    with httpx.Client(base_url=_kubelet_url(gw), verify=ctx, trust_env=False, timeout=10) as c:
+        text = c.get("/metrics/resource").text
+        summary = c.get("/stats/summary").json()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    labels = {"container": "app", "namespace": "default", "pod": name}
+    (cpu,) = fams["container_cpu_usage_seconds"].samples
+    assert cpu.labels == labels and cpu.value > 0 and cpu.timestamp is not None
+    (mem,) = fams["container_memory_working_set_bytes"].samples
+    assert mem.labels == labels and mem.value == 64 * 2**20
+    (start,) = fams["container_start_time_seconds"].samples
+    assert start.labels == labels and start.timestamp is None
+    assert abs(start.value - time.time()) < 120
+    (pod_mem,) = fams["pod_memory_working_set_bytes"].samples
+    assert pod_mem.labels == {"namespace": "default", "pod": name}
+    assert fams["node_memory_working_set_bytes"].samples[0].value == 64 * 2**20
+    assert fams["node_cpu_usage_seconds"].samples[0].value >= cpu.value
+    (p,) = summary["pods"]
+    assert p["podRef"]["name"] == name
+    assert p["containers"][0]["cpu"]["usageNanoCores"] == 250_000_000
+    assert p["memory"]["workingSetBytes"] == 64 * 2**20
+    kubectl("delete", "pod", name, "--wait=false", check=False)

@@ -10,10 +10,12 @@ import pytest
 
 from translators.base import (
     BackendNotFound,
+    ContainerUsage,
     EnvVar,
     Executor,
     LogOptions,
     LogReader,
+    MetricsSource,
     ResolvedContainer,
     ResolvedPod,
     UnsupportedError,
@@ -120,3 +122,27 @@ async def test_local_exec_runs_with_stdin_output_and_exit_code() -> None:
     long = await sim.exec(ref, "app", ["sleep", "30"], tty=False, stdin=False)
     await long.cancel()
     assert await long.wait() != 0
+
+
+async def test_usage_only_when_configured_and_only_for_running_containers() -> None:
+    clock = Clock()
+    quiet = SimulatedTranslator(None, clock=clock, start_delay=0)
+    await quiet.create(resolved())
+    u = await quiet.usage()
+    assert [p.containers for p in u.pods] == [
+        (ContainerUsage("app", started_at=u.pods[0].containers[0].started_at),)
+    ]
+    assert u.pods[0].containers[0].cpu_core_seconds is None  # unknown, never 0
+
+    sim = SimulatedTranslator(
+        None, clock=clock, start_delay=0, usage={"cpu": "250m", "memory": "64Mi"}
+    )
+    assert isinstance(sim, MetricsSource)
+    await sim.create(resolved(run_seconds="10", exit_code="0"))
+    clock.t += 4
+    (pod,) = (await sim.usage()).pods
+    (c,) = pod.containers
+    assert c.cpu_core_seconds == pytest.approx(1.0)
+    assert c.cpu_nano_cores == 250_000_000 and c.memory_working_set_bytes == 64 * 2**20
+    clock.t += 10  # the container has exited: no usage any more
+    assert (await sim.usage()).pods[0].containers == ()
