@@ -171,13 +171,17 @@ def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None)
     )
     failed = [r for r in results if r.status == "failed"]
     unsupported = [r for r in results if r.status == "unsupported"]
+    skipped = [r for r in results if r.status == "skipped"]
+    for r in skipped:
+        print(f"SKIP {r.template}: compiled only, not rendered ({r.message})", file=out)
     ok = [r for r in results if r.status == "ok"]
     for r in failed:
         print(f"FAIL {r.template} [{r.sample}]: {r.message}", file=out)
     templates_seen = sorted({r.template for r in results})
     print(
         f"{len(templates_seen)} template(s), {len(samples)} sample pod(s): {len(ok)} ok, "
-        f"{len(failed)} failed, {len(unsupported)} unsupported by the backend",
+        f"{len(failed)} failed, {len(unsupported)} unsupported by the backend"
+        + (f", {len(skipped)} template(s) compiled only" if skipped else ""),
         file=out,
     )
     return 1 if failed else 0

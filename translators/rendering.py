@@ -227,6 +227,9 @@ class Renderer:
         self._trial: contextvars.ContextVar[LimitedSandbox | None] = contextvars.ContextVar(
             "vkgate_trial_env", default=None
         )
+        self._unrestricted: contextvars.ContextVar[bool] = contextvars.ContextVar(
+            "vkgate_unrestricted", default=False
+        )
 
     # -- sources ----------------------------------------------------------------------
 
@@ -279,6 +282,16 @@ class Renderer:
         finally:
             self._trial.reset(token)
 
+    @contextlib.contextmanager
+    def unrestricted(self) -> Iterator[None]:
+        """Within the block (this thread/task only), every template may be selected: for
+        checking templates, where the allow-list is not the question."""
+        token = self._unrestricted.set(True)
+        try:
+            yield
+        finally:
+            self._unrestricted.reset(token)
+
     def _loader(self) -> _SourcesLoader:
         loader = self.current_env.loader
         assert isinstance(loader, _SourcesLoader)
@@ -304,6 +317,8 @@ class Renderer:
         return pod.team or self.teams.get(pod.namespace, "")
 
     def is_allowed(self, team: str, name: str, *, default: str = "") -> bool:
+        if self._unrestricted.get():
+            return True
         if name == default or (team and name.startswith(f"teams/{team}/")):
             return True
         patterns = self.allowed.get("*", []) + (self.allowed.get(team, []) if team else [])

@@ -62,7 +62,7 @@ metadata: {name: ml, labels: {vkgate.io/team: ml}}
 @pytest.fixture(autouse=True)
 def direct_render(monkeypatch: pytest.MonkeyPatch) -> None:
     """Render with the fixture templates directly, whatever the real backends implement."""
-    monkeypatch.setattr(offline, "_load_translator", lambda *a, **k: (None, "test"))
+    monkeypatch.setattr(offline, "_load_translator", lambda *a, **k: (None, ""))
     monkeypatch.delenv("VKGATE_CONFIG", raising=False)
 
 
@@ -331,3 +331,23 @@ def test_samples_resolve_without_errors() -> None:
     init = next(s for s in offline.load_samples() if s.name == "init-sidecar")
     roles = [c.role for c in offline.resolve(init.inputs, node_name="vk").pod.init_containers]
     assert roles == ["init", "sidecar"]
+
+
+def test_check_compiles_only_when_the_backend_cannot_be_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        offline, "_load_translator", lambda *a, **k: (None, "translator not loaded: no endpoint")
+    )
+    d = tmp_path / "t"
+    (d / "batch").mkdir(parents=True)
+    (d / "batch" / "task.j2").write_text('{"id": {{ task.id|tojson }}}')
+    code, out, _ = run(capsys, "templates", "check", str(d), "--backend", "batch")
+    assert code == 0
+    assert (
+        "SKIP batch/task.j2: compiled only, not rendered (batch: translator not loaded: no endpoint)"
+        in out
+    )
+    (d / "batch" / "task.j2").write_text('{"id": {{ task.id|tojson }')
+    code, out, _ = run(capsys, "templates", "check", str(d), "--backend", "batch")
+    assert code == 1 and "FAIL batch/task.j2 [-]: batch/task.j2:1: syntax error" in out

@@ -80,7 +80,7 @@ def pod(namespace: str = "ml") -> ResolvedPod:
 
 @pytest.fixture(autouse=True)
 def direct_render(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(offline, "_load_translator", lambda *a, **k: (None, "test"))
+    monkeypatch.setattr(offline, "_load_translator", lambda *a, **k: (None, ""))
 
 
 @pytest.fixture

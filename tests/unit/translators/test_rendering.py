@@ -379,3 +379,12 @@ def test_mask_secrets_masks_env_and_files_in_any_form() -> None:
         "n": 5,
     }
     assert spec["Env"]["PW"] == "hunter22"
+
+
+def test_unrestricted_lifts_the_allow_list_for_checks_only() -> None:
+    r = lookup_renderer()
+    p = pod(annotations={"vkgate.io/template": "fx/gpu.j2"})
+    with r.unrestricted():
+        assert r.select(p, backend="fx", default="fx/job.j2").name == "fx/gpu.j2"
+    with pytest.raises(TranslationError, match="not allowed"):
+        r.select(p, backend="fx", default="fx/job.j2")
