@@ -23,6 +23,7 @@ it (exactly what ``create`` sends, no I/O), else by rendering the template direc
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
@@ -350,7 +351,11 @@ def render_pod(
         override=override,
     )
     pod = dataclasses.replace(resolved, template=choice.name, team=choice.team)
-    return spec_renderer.render(pod), choice
+    # The backend's render_spec selects again from pod.template; an explicit --template
+    # bypassed the allow-list above and must there too.
+    unrestricted = choice.reason == "override"
+    with spec_renderer.renderer.unrestricted() if unrestricted else contextlib.nullcontext():
+        return spec_renderer.render(pod), choice
 
 
 # --------------------------------------------------------------------------- samples

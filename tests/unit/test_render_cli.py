@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -351,3 +352,52 @@ def test_check_compiles_only_when_the_backend_cannot_be_built(
     (d / "batch" / "task.j2").write_text('{"id": {{ task.id|tojson }')
     code, out, _ = run(capsys, "templates", "check", str(d), "--backend", "batch")
     assert code == 1 and "FAIL batch/task.j2 [-]: batch/task.j2:1: syntax error" in out
+
+
+class FakeNomad:
+    """A Renderable backend the way real ones work: select from pod.template, then render."""
+
+    def __init__(self, renderer: Any) -> None:
+        self.renderer = renderer
+        self.calls: list[str] = []
+
+    def render_spec(self, pod: Any) -> dict[str, Any]:
+        from translators.rendering import pod_context
+
+        name = self.renderer.select(pod, backend="nomad", default="nomad/job.j2").name
+        self.calls.append(name)
+        spec: dict[str, Any] = self.renderer.render(
+            name, pod_context(pod, backend="nomad", settings={})
+        )
+        return spec
+
+
+def test_renderable_backend_is_used_and_template_flag_bypasses_the_allow_list(
+    tdir: Path, pod_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made: list[FakeNomad] = []
+
+    def load(backend: str, *, settings: Any, node_name: str, renderer: Any) -> tuple[Any, str]:
+        made.append(FakeNomad(renderer))
+        return made[-1], ""
+
+    monkeypatch.setattr(offline, "_load_translator", load)
+    (tdir / "nomad" / "other.j2").write_text(
+        '{% extends "nomad/job.j2" %}{% block priority %}7{% endblock %}'
+    )
+    code, out, err = run(
+        capsys,
+        "render",
+        str(pod_file),
+        "--backend",
+        "nomad",
+        "--templates-dir",
+        str(tdir),
+        "--template",
+        "nomad/other.j2",
+        "--explain",
+    )
+    assert code == 0, err
+    assert json.loads(out)["Job"]["Priority"] == 7
+    assert made[-1].calls == ["nomad/other.j2"]
+    assert "rendered by FakeNomad.render_spec" in err
