@@ -116,8 +116,12 @@ def render_main(
         )
     if not args.show_secrets:
         spec = mask_secrets(spec, resolved.pod)
-    json.dump(spec, out, indent=2, ensure_ascii=False)
-    out.write("\n")
+    try:
+        json.dump(spec, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+        out.flush()
+    except BrokenPipeError:  # `vkgate render pod.yaml | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
