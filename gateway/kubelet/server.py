@@ -369,7 +369,7 @@ class HttpServer:
             except (TimeoutError, ConnectionError, OSError):
                 return
             except h11.RemoteProtocolError as exc:
-                await self._bad_request(conn, exc)
+                await self._reject(conn, exc.error_status_hint, f"bad request: {exc}")
                 return
             if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 return
@@ -414,6 +414,7 @@ class HttpServer:
             if isinstance(ev, h11.Data):
                 body += ev.data
                 if len(body) > MAX_BODY:
+                    await self._reject(conn, 413, f"request body larger than {MAX_BODY} bytes")
                     return None
             elif isinstance(ev, h11.EndOfMessage) or ev is h11.PAUSED:
                 break
@@ -453,12 +454,13 @@ class HttpServer:
             if self._access_log is not None:
                 self._access_log(request, ex, time.monotonic() - request.started)
 
-    async def _bad_request(self, conn: _Conn, exc: h11.RemoteProtocolError) -> None:
+    async def _reject(self, conn: _Conn, status: int, message: str) -> None:
+        """Answer a request we could not even read, then the connection closes."""
         with contextlib.suppress(Exception):
-            body = f"bad request: {exc}\n".encode()
+            body = (message + "\n").encode()
             await conn.send(
                 h11.Response(
-                    status_code=exc.error_status_hint,
+                    status_code=status,
                     headers=[
                         ("content-type", "text/plain; charset=utf-8"),
                         ("content-length", str(len(body))),

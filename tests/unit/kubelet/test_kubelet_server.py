@@ -719,3 +719,26 @@ async def test_self_signed_certificate_when_no_files(tmp_path: Path) -> None:
         assert server.metrics_port is None
     finally:
         await server.stop()
+
+
+async def test_malformed_and_oversized_requests_get_an_answer(env: Env) -> None:
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", env.server.port, ssl=env.client_ctx, server_hostname="127.0.0.1"
+    )
+    writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+    data = await asyncio.wait_for(reader.read(), 5)
+    assert data.startswith(b"HTTP/1.1 400") and b"bad request" in data
+    writer.close()
+    async with env.http() as c:
+        r = await c.post("/run/default/p/app?cmd=ls", content=b"x" * (1024 * 1024 + 10))
+    assert r.status_code == 413 and "larger than" in r.text
+
+
+async def test_run_returns_output_and_fails_on_nonzero_exit(env: Env) -> None:
+    async with env.http() as c:
+        r = await c.post("/run/default/p/app", params={"cmd": "sh -c 'exit 3'"})
+        assert r.status_code == 500 and r.text == "hi\ncommand terminated with exit code 3\n"
+        env.translator.script = echo_then_exit(0, b"fine\n")
+        r = await c.post("/run/default/p/app", params={"cmd": "true"})
+        assert r.status_code == 200 and r.text == "fine\n"
+    assert env.translator.exec_calls[0][2] == ("sh", "-c", "exit 3")
