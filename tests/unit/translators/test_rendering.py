@@ -256,20 +256,30 @@ def test_team_template_overrides_one_block() -> None:
 
 
 def test_team_template_extends_the_packaged_nomad_job() -> None:
-    from translators.rendering import packaged_templates_dir
+    """The real nomad/job.j2, through the Nomad backend's render_spec: one block changes."""
+    import dataclasses
 
-    if not (packaged_templates_dir() / "nomad" / "job.j2").exists():
-        pytest.skip("templates/nomad/job.j2 has not landed")
-    source = (packaged_templates_dir() / "nomad" / "job.j2").read_text()
-    if "{% block meta %}" not in source:
-        pytest.skip("nomad/job.j2 has no meta block")
+    from gateway.offline import SpecRenderer, load_samples, resolve
+    from translators.base import Renderable
+
     r = Renderer(
         overlay={
-            "teams/ml/nomad/job.j2": '{% extends "nomad/job.j2" %}{% block meta %}{"team": {{ team|tojson }}}{% endblock %}'
+            "teams/ml/nomad/job.j2": '{% extends "nomad/job.j2" %}'
+            "{% block env %}{{ dict(c.env, TEAM=team) | tojson }}{% endblock %}"
         }
     )
-    r.check("teams/ml/nomad/job.j2")
-    assert '{% extends "nomad/job.j2" %}' in r.overlay["teams/ml/nomad/job.j2"].source
+    sr = SpecRenderer(r, backend="nomad", settings={})
+    if not isinstance(sr.translator, Renderable):
+        pytest.skip("the nomad backend has no render_spec")
+    sample = next(s for s in load_samples() if s.name == "multi-container")
+    base = resolve(sample.inputs, node_name="vk").pod
+    default = sr.render(base)
+    team = sr.render(dataclasses.replace(base, team="ml"))
+    tasks = team["Job"]["TaskGroups"][0]["Tasks"]
+    assert [t["Env"]["TEAM"] for t in tasks] == ["ml", "ml"]
+    for t in tasks:
+        del t["Env"]["TEAM"]
+    assert team == default
 
 
 # -- which template a pod gets ------------------------------------------------------------
