@@ -374,3 +374,33 @@ def test_resource_metrics_values_from_a_measuring_backend(
     assert p["containers"][0]["cpu"]["usageNanoCores"] == 250_000_000
     assert p["memory"]["workingSetBytes"] == 64 * 2**20
     kubectl("delete", "pod", name, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("websockets", ["true", "false"])
+def test_exec_returns_when_the_command_exits_with_stdin_still_open(
+    running_pod: str, control_plane: Any, kubectl_path: Path, websockets: str
+) -> None:
+    cmd = [
+        str(kubectl_path),
+        f"--kubeconfig={control_plane.kubeconfig}",
+        "exec",
+        "-i",
+        running_pod,
+        "--",
+        "sh",
+        "-c",
+        "read x; echo got $x; exit 3",
+    ]
+    env = {**os.environ, "KUBECTL_REMOTE_COMMAND_WEBSOCKETS": websockets}
+    with subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as p:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(b"a\n")
+        p.stdin.flush()  # and keep stdin open: the exit alone must end the session
+        try:
+            rc = p.wait(timeout=20)
+        finally:
+            p.kill()
+        assert rc == 3
+        assert p.stdout.read() == b"got a\n"
