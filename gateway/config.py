@@ -123,6 +123,10 @@ class PodSettings:
         default=20.0, metadata=doc("Retry rate limit (first attempts are not limited)")
     )
     enable_service_links: bool = field(default=True, metadata=doc("Honour enableServiceLinks"))
+    config_refresh_interval: float = field(
+        default=30.0,
+        metadata=doc("Seconds between re-reads of ConfigMaps/Secrets that pods reference"),
+    )
 
 
 @dataclass

@@ -23,6 +23,13 @@ backend were down), ``cpu``/``memory``/``pods``/``gpus`` capacity, ``notify_inte
 
 restartPolicy is honoured: ``Always`` restarts an exiting container (restartCount grows),
 ``OnFailure`` restarts only non-zero exits, ``Never`` terminates.
+
+What the workload received is kept for inspection (state file, ``extra.containers``): per
+container the expanded command/args, env in order and volume files by mount path; secret values
+appear as ``<secret:sha256[:12]>``.  ``status.podIP`` fieldRefs arrive as the placeholder
+``__VKGATE_POD_IP__`` (``Features.pod_ip_placeholder``) and are replaced by the workload's IP.
+After a delete, containers keep running for ``sim-stop-seconds`` (capped by the grace period),
+then the workload disappears.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ from translators.base import (
 from translators.quantity import cpu_millis, parse_quantity
 
 ANN = "vkgate.io/"
+#: Replaced by the workload's (fake) IP in env values, command and args (status.podIP fieldRefs).
+POD_IP_PLACEHOLDER = "__VKGATE_POD_IP__"
 
 
 @dataclass
@@ -95,6 +104,11 @@ def _ts(t: float) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(t, _dt.UTC).replace(microsecond=0)
 
 
+def _masked(value: str) -> str:
+    """How secret values appear in the state file and logs: never in clear, but comparable."""
+    return "<secret:" + hashlib.sha256(value.encode()).hexdigest()[:12] + ">"
+
+
 def fake_ip(uid: str) -> str:
     """A stable, never-contacted pod IP derived from the UID (10.88.x.y)."""
     h = hashlib.sha256(uid.encode()).digest()
@@ -109,6 +123,7 @@ class SimulatedTranslator:
         updatable_fields=frozenset(
             {"metadata.labels", "metadata.annotations", "spec.activeDeadlineSeconds"}
         ),
+        pod_ip_placeholder=POD_IP_PLACEHOLDER,
     )
 
     def __init__(
@@ -211,12 +226,36 @@ class SimulatedTranslator:
             restart_policy=str(pod.pod.get("spec", {}).get("restartPolicy", "Always")),
             node=self.node_name,
         )
+        ip = fake_ip(pod.uid)
+
+        def sub(text: str) -> str:
+            return text.replace(POD_IP_PLACEHOLDER, ip)
+
+        rec.extra["containers"] = {
+            c.name: {
+                "command": [sub(a) for a in c.command],
+                "args": [sub(a) for a in c.args],
+                "env": [[e.name, _masked(e.value) if e.secret else sub(e.value)] for e in c.env],
+                "files": {
+                    f"{m.mount_path}/{f.path}": _masked(f.content.decode("utf-8", "replace"))
+                    if f.secret
+                    else f.content.decode("utf-8", "replace")
+                    for m in c.mounts
+                    for v in pod.volumes
+                    if v.name == m.volume
+                    for f in v.files
+                },
+            }
+            for c in (*pod.init_containers, *pod.containers)
+        }
         self._records[pod.uid] = rec
         self._logs[pod.uid] = [
             f"{c.name}: ".encode()
-            + " ".join((*c.command, *c.args)).encode()
+            + " ".join(
+                rec.extra["containers"][c.name]["command"] + rec.extra["containers"][c.name]["args"]
+            ).encode()
             + b"\n"
-            + b"".join(f"{e.name}={'<secret>' if e.secret else e.value}\n".encode() for e in c.env)
+            + b"".join(f"{n}={v}\n".encode() for n, v in rec.extra["containers"][c.name]["env"])
             for c in pod.containers
         ]
         self._save()
@@ -291,7 +330,13 @@ class SimulatedTranslator:
     def _container(self, rec: _Record, name: str, now: float, start: float) -> ContainerState:
         cid = f"simulated://{rec.ref.uid[:8]}/{name}"
         image = rec.images.get(name, "")
-        stopping = rec.deleted_at is not None and now >= rec.deleted_at
+        # After a delete the containers keep running for sim-stop-seconds (capped by the grace
+        # period), then the record is removed (_gc); sim-never-stop ones never stop.
+        stopping = (
+            rec.deleted_at is not None
+            and not rec.never_stop
+            and now >= rec.deleted_at + min(rec.stop_seconds, rec.grace)
+        )
         if now < start:
             return ContainerState(
                 name=name, state="waiting", reason="ContainerCreating", image=image, container_id=""

@@ -1,0 +1,366 @@
+"""PodController: the pod lifecycle of one virtual node, from watch event to backend and back.
+
+    Reflector(/api/v1/pods, fieldSelector spec.nodeName=<node>) ──ns/name──▶ WorkQueue ──▶ N workers
+      DELETED ─────────────────────────────────────────────ns/name/uid──▶      │
+    translator.changes()  (push, if the translator is a Notifier) ─┐          ▼
+    translator.list()     (ONE call per interval: the backstop)  ──┴─▶ sync.PodSync (decide, act,
+    RefCache.refresh()    (referenced ConfigMaps/Secrets changed) ───▶  write status, events)
+
+Startup order matters for "no duplicate submission after a restart": the pod cache syncs first,
+then ONE successful ``translator.list()`` indexes every existing workload by pod UID (adoption),
+and only then do workers start — a pod whose workload exists is never created again.  Workloads
+whose pod is gone (and which carry our node name) are queued for deletion before anything else.
+If the backend is down at startup the controller keeps retrying that first list in the
+background (the node reports the outage; nothing is created blind).
+
+The decisions per pod live in ``sync.PodSync``; this module owns the loops and the shared state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gateway.clock import Clock, SystemClock
+from gateway.config import Settings
+from gateway.kube.backoff import Backoff
+from gateway.kube.client import KubeClient
+from gateway.kube.errors import ApiError
+from gateway.kube.events import EventRecorder
+from gateway.kube.reflector import Reflector
+from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
+from gateway.pods.resolve import RefCache, Resolver, references
+from gateway.pods.sync import PodState, PodSync, Retry, pod_key
+from translators.base import Notifier, Translator, TranslatorError, WorkloadState
+
+log = logging.getLogger("gateway.pods")
+
+#: A workload missing from the backend list this long after we submitted it is "lost" even if
+#: its pod never reached Running (contract §4: "Running or older than ~1 min").
+LOST_AFTER = 60.0
+#: Earliest next list after a "kick" (e.g. a delete): kicks within this window coalesce.
+MIN_LIST_SPACING = 0.5
+#: Reconcile interval while some pod waits for its backend workload to stop.
+DELETING_INTERVAL = 1.0
+
+
+class PodController:
+    def __init__(
+        self,
+        kube: KubeClient,
+        translator: Translator,
+        events: EventRecorder,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        host_ip: Callable[[], str] = lambda: "127.0.0.1",
+        allocatable: Callable[[], Mapping[str, str]] = dict,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.kube = kube
+        self.translator = translator
+        self.events = events
+        self.settings = settings
+        self.node_name = settings.node.name
+        self.clock: Clock = clock or SystemClock()
+        ps = settings.pods
+        self.workers = ps.workers
+        self.reconcile_interval = ps.reconcile_interval
+        self._rng = rng or random.Random()
+        self.queue = WorkQueue(
+            clock=self.clock,
+            backoff=BackoffPolicy(base=ps.backoff_base, cap=ps.backoff_max),
+            retry_qps=ps.rate_qps,
+            retry_burst=max(1, int(ps.rate_qps * 2)),
+            rng=self._rng,
+        )
+        self.reflector = Reflector(
+            kube,
+            "/api/v1/pods",
+            params={"fieldSelector": f"spec.nodeName={self.node_name}"},
+            clock=self.clock,
+        )
+        self.refs = RefCache(
+            kube, clock=self.clock, refresh_interval=getattr(ps, "config_refresh_interval", 30.0)
+        )
+        self.state = PodState()
+        resolver = Resolver(
+            self.refs,
+            features=translator.features,
+            backend=translator.kind,
+            node_name=self.node_name,
+            host_ip=host_ip,
+            allocatable=allocatable,
+            enable_service_links=ps.enable_service_links,
+        )
+        self.sync = PodSync(
+            kube=kube,
+            translator=translator,
+            events=events,
+            resolver=resolver,
+            state=self.state,
+            queue=self.queue,
+            clock=self.clock,
+            host_ip=host_ip,
+            max_retries=ps.max_retries,
+            backoff_max=ps.backoff_max,
+            kick=self.kick_reconcile,
+            lookup=self.get_pod_by_key,
+        )
+        self.ready = asyncio.Event()
+        self._kick = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_list = float("-inf")
+
+    # -- cache access (the kubelet server uses these) --------------------------------------
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.reflector.store.get(f"{namespace}/{name}")
+
+    def get_pod_by_key(self, key: str) -> dict[str, Any] | None:
+        return self.reflector.store.get(key)
+
+    def pods(self) -> list[dict[str, Any]]:
+        return list(self.reflector.store.values())
+
+    @property
+    def stats(self) -> Mapping[str, int]:
+        return self.state.stats
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._spawn(self.reflector.run(self._on_pod_event), "pod-reflector")
+        await self.reflector.synced.wait()
+        self._spawn(self._startup(), "pod-startup")
+
+    async def stop(self) -> None:
+        self.queue.shutdown()
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def _startup(self) -> None:
+        backoff = Backoff(base=1.0, cap=30.0)
+        failures = 0
+        while True:
+            try:
+                states = await self.translator.list()
+                break
+            except TranslatorError as exc:
+                failures += 1
+                delay = backoff.delay(failures, self._rng)
+                log.warning(
+                    "initial backend list failed (%s); no pod is created before it succeeds; "
+                    "retry in %.1fs",
+                    exc,
+                    delay,
+                )
+                await self.clock.sleep(delay)
+        self._last_list = self.clock.monotonic()
+        adopted = orphans = 0
+        for st in states:
+            self.state.workloads[st.ref.uid] = st
+        by_uid = {self.state.uid_of(p): p for p in self.reflector.store.values()}
+        for st in states:
+            pod = by_uid.get(st.ref.uid)
+            if pod is not None:
+                self.state.adopt(pod, st)
+                adopted += 1
+            elif self._ours(st):
+                self._queue_delete(f"{st.ref.key}/{st.ref.uid}", None)
+                orphans += 1
+        log.info(
+            "pod controller ready: %d pods on this node, %d backend workloads "
+            "(%d adopted, %d orphans to delete)",
+            len(by_uid),
+            len(states),
+            adopted,
+            orphans,
+        )
+        for key in self.reflector.store:
+            self.queue.add(key)
+        for i in range(self.workers):
+            self._spawn(self._worker(), f"pod-worker-{i}")
+        self._spawn(self._reconcile_loop(), "pod-reconcile")
+        if isinstance(self.translator, Notifier):
+            self._spawn(self._notify_loop(), "pod-notify")
+        self._spawn(self.refs.run(self._on_refs_changed), "pod-refs")
+        self.ready.set()
+
+    def _ours(self, st: WorkloadState) -> bool:
+        return not st.node_name or st.node_name == self.node_name
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    async def _on_pod_event(
+        self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        key = pod_key(obj)
+        uid = self.state.uid_of(obj)
+        if etype == "DELETED":
+            self.refs.untrack(key)
+            self._queue_delete(f"{key}/{uid}", old or obj)
+            return
+        if old is not None and self.state.uid_of(old) != uid:
+            # replaced under the same name while we were not watching
+            self._queue_delete(f"{key}/{self.state.uid_of(old)}", old)
+        self.refs.track(key, references(obj))
+        if self.state.is_own_echo(obj):
+            return  # the watch echo of our own status write: nothing new
+        self.queue.add(key)
+
+    def _queue_delete(self, key: str, pod: dict[str, Any] | None) -> None:
+        self.state.gone[key] = pod
+        self.queue.add(key)
+
+    def _on_refs_changed(self, key: str) -> None:
+        pod = self.reflector.store.get(key)
+        if pod is not None:
+            self.state.refs_changed.add(self.state.uid_of(pod))
+            self.queue.add(key)
+
+    def kick_reconcile(self) -> None:
+        """Ask for an early backend list (coalesced), e.g. right after a delete."""
+        self._kick.set()
+
+    # -- workers -----------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                if key.count("/") == 2:
+                    await self.sync.cleanup(key)
+                else:
+                    await self.sync.sync(key)
+                self.queue.forget(key)
+            except Retry as r:
+                if r.delay is not None:
+                    self.queue.add(key, delay=r.delay)
+                else:
+                    self.queue.retry(key, retry_after=r.retry_after)
+            except ApiError as exc:
+                delay = self.queue.retry(key, retry_after=exc.retry_after)
+                log.warning("sync %s: API error %s; retry in %.1fs", key, exc, delay)
+            except TranslatorError as exc:
+                delay = self.queue.retry(key, retry_after=getattr(exc, "retry_after", None))
+                log.warning("sync %s: backend error %s; retry in %.1fs", key, exc, delay)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                delay = self.queue.retry(key)
+                log.exception("sync %s failed unexpectedly; retry in %.1fs", key, delay)
+            finally:
+                self.queue.done(key)
+
+    # -- backend state -----------------------------------------------------------------------
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            interval = self.reconcile_interval
+            if self.state.delete_requested:
+                # a graceful delete is waiting for the backend to finish: look more often, so
+                # the final delete follows the backend's confirmation closely.
+                interval = min(interval, DELETING_INTERVAL)
+            wait = interval - (self.clock.monotonic() - self._last_list)
+            if wait > 0:
+                kicked = asyncio.ensure_future(self._kick.wait())
+                sleeper = asyncio.ensure_future(self.clock.sleep(wait))
+                try:
+                    await asyncio.wait({kicked, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    kicked.cancel()
+                    sleeper.cancel()
+                if self._kick.is_set():
+                    spacing = MIN_LIST_SPACING - (self.clock.monotonic() - self._last_list)
+                    if spacing > 0:
+                        await self.clock.sleep(spacing)
+            self._kick.clear()
+            try:
+                await self.reconcile_once()
+            except asyncio.CancelledError:
+                raise
+            except TranslatorError as exc:
+                log.warning("backend list failed: %s", exc)
+            except Exception:
+                log.exception("reconcile failed")
+
+    async def reconcile_once(self) -> None:
+        """ONE ``translator.list()`` for all pods; queue what changed, vanished or is orphaned."""
+        started = self.clock.monotonic()
+        self._last_list = started
+        states = await self.translator.list()
+        self.state.stats["lists"] += 1
+        listed = {st.ref.uid: st for st in states}
+        pods = {self.state.uid_of(p): p for p in self.reflector.store.values()}
+        for uid, st in listed.items():
+            pod = pods.get(uid)
+            if pod is None:
+                if self._ours(st) and not self.state.submitted_since(uid, started):
+                    self.state.workloads[uid] = st
+                    key = f"{st.ref.key}/{uid}"
+                    if key not in self.queue:
+                        self._queue_delete(key, self.state.gone.get(key))
+                continue
+            if self.state.workloads.get(uid) != st:
+                self.state.workloads[uid] = st
+                self.queue.add(pod_key(pod))
+        for uid, pod in pods.items():
+            if uid in listed or uid not in self.state.workloads:
+                continue
+            if self.state.submitted_since(uid, started):
+                continue  # created while the list was in flight
+            self.state.workloads.pop(uid, None)
+            key = pod_key(pod)
+            meta = pod.get("metadata") or {}
+            phase = str((pod.get("status") or {}).get("phase", ""))
+            if meta.get("deletionTimestamp"):
+                self.queue.add(key)
+            elif phase in ("Succeeded", "Failed"):
+                continue
+            elif phase == "Running" or self.state.submitted_age(uid, self.clock) >= LOST_AFTER:
+                self.state.lost.add(uid)
+                self.queue.add(key)
+            else:
+                # Submitted moments ago (or Pending before a restart): create it again.
+                self.state.forget_submission(uid)
+                self.queue.add(key)
+
+    async def _notify_loop(self) -> None:
+        assert isinstance(self.translator, Notifier)
+        backoff = Backoff(base=1.0, cap=30.0)
+        failures = 0
+        while True:
+            try:
+                async for st in self.translator.changes():
+                    failures = 0
+                    uid = st.ref.uid
+                    if self.state.workloads.get(uid) == st:
+                        continue
+                    pod = self.reflector.store.get(st.ref.key)
+                    if pod is None or self.state.uid_of(pod) != uid:
+                        continue  # orphans are the reconcile's business
+                    self.state.workloads[uid] = st
+                    self.queue.add(st.ref.key)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                delay = backoff.delay(failures, self._rng)
+                log.warning("backend change stream failed (%s); reconnect in %.1fs", exc, delay)
+                await self.clock.sleep(delay)

@@ -1,0 +1,407 @@
+"""Fetch what a pod references and turn the pod into a ``ResolvedPod`` (the only I/O of
+resolution; the rules themselves are the pure functions in ``env``/``volumes``/``features``).
+
+**ConfigMaps and Secrets are read by name, only for the pods that reference them** — no
+cluster-wide Secret watch, so the same code works under NodeRestriction, where a node may only
+``get`` objects its own pods reference.  ``RefCache`` keeps what was read and, while at least one
+pod references an object, re-reads it every ``refresh_interval`` (default 30 s; the kubelet's
+"cache" change-detection strategy): a changed ``resourceVersion`` — or an object that appeared
+or vanished — re-queues every pod that references it.  Why polling and not a watch per object:
+every watch is a long-lived HTTP/1.1 connection here (no HTTP/2 multiplexing), and hundreds of
+them would exhaust the client's connection pool; a GET per referenced object per interval is
+cheap and bounded.  A pod stuck on a missing mandatory key therefore starts at most one interval
+after the key appears (its own backoff retries may start it sooner).
+
+Services (for service link variables) are listed per namespace and cached for the same
+interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod.  The team is
+the namespace label ``vkgate.io/team`` (cached; if the namespace cannot be read the renderer falls
+back to the config's namespace → team map).
+
+**status.podIP before the backend assigned one** (contract §6; Go VK fails these fieldRefs):
+the pod's own ``status.podIP`` when already known (a re-create), else the translator's
+``Features.pod_ip_placeholder`` — a token the backend replaces with the real address at run
+time, so it also works inside ``$(VAR)`` expansions and command/args — else the node
+InternalIP, which is the right answer for host-network backends (Nomad raw_exec/docker host
+mode, Batch).  ``status.hostIP(s)`` is always the node InternalIP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.clock import Clock, SystemClock
+from gateway.kube.client import KubeClient
+from gateway.kube.errors import ApiError, NotFound
+from gateway.pods import env as envmod
+from gateway.pods import features as featmod
+from gateway.pods import volumes as volmod
+from gateway.pods.env import EnvSources, Event, Lookup, ReadError
+from translators.base import (
+    Features,
+    ResolvedContainer,
+    ResolvedPod,
+    VolumeMount,
+)
+
+log = logging.getLogger("gateway.pods.resolve")
+
+Kind = Literal["configmaps", "secrets"]
+RefKey = tuple[str, str, str]  # (kind, namespace, name)
+TEAM_LABEL = "vkgate.io/team"
+
+
+@dataclass
+class _Entry:
+    value: Lookup
+    rv: str
+    fetched: float
+
+
+def _rv(obj: Lookup) -> str:
+    if isinstance(obj, Mapping):
+        return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return "" if obj is None else "error"
+
+
+class RefCache:
+    """ConfigMaps/Secrets by name, with per-pod reference tracking and periodic re-reads."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        clock: Clock | None = None,
+        refresh_interval: float = 30.0,
+        concurrency: int = 8,
+    ) -> None:
+        self.kube = kube
+        self.clock: Clock = clock or SystemClock()
+        self.refresh_interval = refresh_interval
+        self._sem = asyncio.Semaphore(concurrency)
+        self._cache: dict[RefKey, _Entry] = {}
+        self._by_pod: dict[str, set[RefKey]] = {}
+        self._services: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._teams: dict[str, tuple[float, str]] = {}
+        #: Counters for tests and metrics.
+        self.reads = 0
+
+    # -- objects ---------------------------------------------------------------------------
+
+    async def _read(self, key: RefKey) -> Lookup:
+        kind, ns, name = key
+        self.reads += 1
+        async with self._sem:
+            try:
+                return await self.kube.get(f"/api/v1/namespaces/{ns}/{kind}/{name}")
+            except NotFound:
+                return None
+            except ApiError as exc:
+                return ReadError(str(exc))
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> Lookup:
+        key = (kind, namespace, name)
+        entry = self._cache.get(key)
+        if entry is not None:
+            return entry.value
+        value = await self._read(key)
+        if not isinstance(value, ReadError):
+            self._cache[key] = _Entry(value, _rv(value), self.clock.monotonic())
+        return value
+
+    def track(self, pod_key: str, refs: set[RefKey]) -> None:
+        if refs:
+            self._by_pod[pod_key] = set(refs)
+        else:
+            self._by_pod.pop(pod_key, None)
+
+    def untrack(self, pod_key: str) -> None:
+        self._by_pod.pop(pod_key, None)
+
+    def tracked(self) -> set[RefKey]:
+        return set().union(*self._by_pod.values()) if self._by_pod else set()
+
+    async def refresh(self) -> set[str]:
+        """Re-read every referenced object; returns the pod keys whose references changed."""
+        wanted = self.tracked()
+        for key in list(self._cache):
+            if key not in wanted:
+                del self._cache[key]
+        keys = sorted(wanted)
+        values = await asyncio.gather(*(self._read(k) for k in keys))
+        changed: set[RefKey] = set()
+        for key, value in zip(keys, values, strict=True):
+            if isinstance(value, ReadError):
+                log.debug("re-reading %s/%s/%s failed: %s", *key, value.message)
+                continue
+            old = self._cache.get(key)
+            self._cache[key] = _Entry(value, _rv(value), self.clock.monotonic())
+            if old is None or old.rv != _rv(value):
+                changed.add(key)
+        return {pod for pod, refs in self._by_pod.items() if refs & changed}
+
+    async def run(self, on_change: Callable[[str], None]) -> None:
+        """Refresh forever; call ``on_change(pod_key)`` for pods whose references changed."""
+        while True:
+            await self.clock.sleep(self.refresh_interval)
+            try:
+                for pod_key in sorted(await self.refresh()):
+                    on_change(pod_key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("refreshing referenced ConfigMaps/Secrets failed")
+
+    # -- services, teams, tokens -----------------------------------------------------------
+
+    async def services(self, namespace: str) -> list[dict[str, Any]] | ReadError:
+        """Services of ``namespace`` plus ``default/kubernetes`` (cached one interval)."""
+        now = self.clock.monotonic()
+        out: list[dict[str, Any]] = []
+        for ns in dict.fromkeys(["default", namespace]):
+            cached = self._services.get(ns)
+            if cached is not None and now - cached[0] < self.refresh_interval:
+                items = cached[1]
+            else:
+                try:
+                    if ns == "default" and namespace != "default":
+                        try:
+                            items = [
+                                await self.kube.get(
+                                    "/api/v1/namespaces/default/services/kubernetes"
+                                )
+                            ]
+                        except NotFound:
+                            items = []
+                    else:
+                        listed = await self.kube.list(f"/api/v1/namespaces/{ns}/services")
+                        items = list(listed.get("items") or [])
+                except ApiError as exc:
+                    return ReadError(str(exc))
+                for item in items:
+                    item.setdefault("metadata", {}).setdefault("namespace", ns)
+                self._services[ns] = (now, items)
+            out.extend(items)
+        return out
+
+    async def team(self, namespace: str) -> str:
+        now = self.clock.monotonic()
+        cached = self._teams.get(namespace)
+        if cached is not None and now - cached[0] < self.refresh_interval * 10:
+            return cached[1]
+        try:
+            ns = await self.kube.get(f"/api/v1/namespaces/{namespace}")
+            team = str(((ns.get("metadata") or {}).get("labels") or {}).get(TEAM_LABEL, ""))
+        except ApiError as exc:
+            log.debug("cannot read namespace %s for its team label: %s", namespace, exc)
+            team = ""
+        self._teams[namespace] = (now, team)
+        return team
+
+    async def token(self, pod: Mapping[str, Any], key: volmod.TokenKey) -> str | ReadError:
+        audience, seconds, sa = key
+        meta = pod.get("metadata") or {}
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [audience] if audience else [],
+                "expirationSeconds": seconds,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta.get("name", ""),
+                    "uid": meta.get("uid", ""),
+                },
+            },
+        }
+        try:
+            resp = await self.kube.create(
+                f"/api/v1/namespaces/{meta.get('namespace', '')}/serviceaccounts/{sa}/token", body
+            )
+        except ApiError as exc:
+            return ReadError(str(exc))
+        return str((resp.get("status") or {}).get("token") or "")
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+@dataclass
+class Resolution:
+    """The outcome of resolving one pod."""
+
+    pod: ResolvedPod | None = None
+    events: list[Event] = field(default_factory=list)
+    #: container -> (waiting reason, message) for containers that cannot be created.
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: FailedMount message (a mandatory volume source is missing).
+    mount_error: str = ""
+    unsupported: list[featmod.Unsupported] = field(default_factory=list)
+    #: Hash of everything resolved (env values, files): changes mean "the backend may need an
+    #: update" even when the pod spec did not change (a referenced ConfigMap changed).
+    fingerprint: str = ""
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.waiting or self.mount_error or self.unsupported)
+
+
+def references(pod: Mapping[str, Any]) -> set[RefKey]:
+    ns = str((pod.get("metadata") or {}).get("namespace", ""))
+    cms, secrets = envmod.referenced_objects(pod)
+    vcms, vsecrets = volmod.referenced_objects(pod)
+    return {("configmaps", ns, n) for n in cms | vcms} | {
+        ("secrets", ns, n) for n in secrets | vsecrets
+    }
+
+
+class Resolver:
+    def __init__(
+        self,
+        refs: RefCache,
+        *,
+        features: Features,
+        backend: str,
+        node_name: str,
+        host_ip: Callable[[], str],
+        allocatable: Callable[[], Mapping[str, str]],
+        enable_service_links: bool = True,
+    ) -> None:
+        self.refs = refs
+        self.features = features
+        self.backend = backend
+        self.node_name = node_name
+        self.host_ip = host_ip
+        self.allocatable = allocatable
+        self.enable_service_links = enable_service_links
+
+    def admission(self, pod: Mapping[str, Any]) -> list[featmod.Unsupported]:
+        """Features and volume kinds the backend cannot provide (no I/O)."""
+        found = featmod.check_pod(pod, self.features, backend=self.backend)
+        kinds = self.features.volume_kinds
+        for vol in (pod.get("spec") or {}).get("volumes") or []:
+            kind = volmod.volume_kind(vol)
+            if kind not in kinds:
+                found.append(
+                    featmod.unsupported_volume(str(vol.get("name")), kind, backend=self.backend)
+                )
+        return found
+
+    def pod_ips(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+        status = pod.get("status") or {}
+        known = tuple(str(x.get("ip")) for x in status.get("podIPs") or [] if x.get("ip"))
+        if known:
+            return known
+        if status.get("podIP"):
+            return (str(status["podIP"]),)
+        return (self.features.pod_ip_placeholder or self.host_ip(),)
+
+    async def resolve(self, pod: Mapping[str, Any]) -> Resolution:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        ns = str(meta.get("namespace", ""))
+        out = Resolution(unsupported=self.admission(pod))
+        if out.unsupported:
+            return out
+
+        refs = references(pod)
+        lookups: dict[RefKey, Lookup] = {}
+        results = await asyncio.gather(*(self.refs.get(k[0], k[1], k[2]) for k in sorted(refs)))  # type: ignore[arg-type]
+        for key, value in zip(sorted(refs), results, strict=True):
+            lookups[key] = value
+        host = self.host_ip()
+        sources = EnvSources(
+            configmaps={k[2]: v for k, v in lookups.items() if k[0] == "configmaps"},
+            secrets={k[2]: v for k, v in lookups.items() if k[0] == "secrets"},
+            services=await self.refs.services(ns),
+            pod_ips=self.pod_ips(pod),
+            host_ips=(host,),
+            allocatable=self.allocatable(),
+            enable_service_links=self.enable_service_links,
+        )
+
+        containers: dict[str, list[ResolvedContainer]] = {"initContainers": [], "containers": []}
+        for group in ("initContainers", "containers"):
+            for c in spec.get(group) or []:
+                result = envmod.resolve_container_env(pod, c, sources)
+                out.events.extend(result.events)
+                if result.error:
+                    out.waiting[str(c.get("name"))] = ("CreateContainerConfigError", result.error)
+                    continue
+                role = "main"
+                if group == "initContainers":
+                    role = "sidecar" if c.get("restartPolicy") == "Always" else "init"
+                containers[group].append(
+                    ResolvedContainer(
+                        name=str(c.get("name", "")),
+                        image=str(c.get("image", "")),
+                        command=result.command,
+                        args=result.args,
+                        env=result.env,
+                        mounts=tuple(
+                            VolumeMount(
+                                volume=str(m.get("name", "")),
+                                mount_path=str(m.get("mountPath", "")),
+                                read_only=bool(m.get("readOnly")),
+                                sub_path=str(m.get("subPath") or ""),
+                            )
+                            for m in c.get("volumeMounts") or []
+                        ),
+                        working_dir=str(c.get("workingDir") or ""),
+                        role=role,
+                        spec=c,
+                    )
+                )
+
+        tokens: dict[volmod.TokenKey, str | ReadError] = {}
+        if not out.waiting:  # tokens are bound to the pod: only ask when we will create
+            for tkey in volmod.token_requests(pod):
+                tokens[tkey] = await self.refs.token(pod, tkey)
+        vols = volmod.resolve_volumes(
+            pod, sources, supported_kinds=self.features.volume_kinds, tokens=tokens
+        )
+        out.events.extend(vols.events)
+        out.mount_error = vols.error
+        for name, kind in vols.unsupported:
+            out.unsupported.append(featmod.unsupported_volume(name, kind, backend=self.backend))
+        if out.blocked:
+            return out
+
+        resolved = ResolvedPod(
+            namespace=ns,
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            node_name=self.node_name,
+            pod=pod,
+            containers=tuple(containers["containers"]),
+            init_containers=tuple(containers["initContainers"]),
+            volumes=vols.volumes,
+            team=await self.refs.team(ns),
+            host_ip=host,
+        )
+        out.pod = resolved
+        skip = {t.encode() for t in tokens.values() if isinstance(t, str)}
+        out.fingerprint = fingerprint(resolved, skip_contents=skip)
+        return out
+
+
+def fingerprint(pod: ResolvedPod, *, skip_contents: set[bytes] | None = None) -> str:
+    """A stable hash of what was resolved; ``skip_contents`` (service-account tokens, new on
+    every resolution) are left out."""
+    skip = skip_contents or set()
+    h = hashlib.sha256()
+    for c in (*pod.init_containers, *pod.containers):
+        env = [(e.name, e.value) for e in c.env]
+        h.update(json.dumps([c.name, c.image, c.command, c.args, env]).encode())
+    for v in pod.volumes:
+        for f in v.files:
+            if f.content in skip:
+                continue
+            h.update(f"{v.name}\0{f.path}\0{f.mode}\0".encode() + f.content)
+    return h.hexdigest()[:16]

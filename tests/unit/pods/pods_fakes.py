@@ -1,0 +1,277 @@
+"""A small in-memory API server for PodController tests (duck-typed ``KubeClient``).
+
+It keeps objects by API path and implements what the controller relies on: pod list + watch
+with ``spec.nodeName`` field selector (events fan out to every open watch; ``pause()`` holds
+them back and ``expire_watches()`` ends every watch with 410 Gone), graceful deletion
+(``deletionTimestamp`` + ``deletionGracePeriodSeconds``, removal on ``gracePeriodSeconds: 0``),
+the UID precondition on DELETE and on status patches, a strategic merge of the status
+(``conditions`` on ``type``, ``podIPs``/``hostIPs`` on ``ip``), Events, ConfigMaps/Secrets/
+Services GETs and lists.  Every write is recorded in ``writes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as _dt
+import itertools
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from gateway.clock import FakeClock
+from gateway.kube.errors import Conflict, Gone, NotFound
+from gateway.pods import status as st
+from translators.base import (
+    Capacity,
+    Features,
+    NodeInfo,
+    PodRef,
+    ResolvedPod,
+    WorkloadState,
+)
+from translators.simulated import SimulatedTranslator
+
+_GONE = object()
+
+
+def ts(t: _dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeKube:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.objects: dict[str, dict[str, Any]] = {}
+        self._rv = itertools.count(100)
+        self._watchers: list[asyncio.Queue[Any]] = []
+        self.paused = False
+        self._held: list[dict[str, Any]] = []
+        self.writes: list[tuple[str, str, Any]] = []
+        self.stats: Counter[tuple[str, str]] = Counter()
+
+    # -- helpers for tests ---------------------------------------------------------------
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
+
+    def _emit(self, etype: str, obj: dict[str, Any]) -> None:
+        if "/pods/" not in self._path_of(obj):
+            return
+        ev = {"type": etype, "object": copy.deepcopy(obj)}
+        if self.paused:
+            self._held.append(ev)
+            return
+        for q in self._watchers:
+            q.put_nowait(ev)
+
+    @staticmethod
+    def _path_of(obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        kind = {
+            "Pod": "pods",
+            "ConfigMap": "configmaps",
+            "Secret": "secrets",
+            "Service": "services",
+        }.get(obj.get("kind", "Pod"), "pods")
+        return f"/api/v1/namespaces/{meta.get('namespace')}/{kind}/{meta.get('name')}"
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", ts(self.clock.now()))
+        if obj.get("kind", "Pod") == "Pod":
+            obj.setdefault("kind", "Pod")
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("restartPolicy", "Always")
+            for c in spec.get("containers") or []:
+                c.setdefault("image", "busybox")
+            obj.setdefault("status", {"phase": "Pending", "qosClass": st.qos_class(obj)})
+        self._bump(obj)
+        self.objects[self._path_of(obj)] = obj
+        self._emit("ADDED", obj)
+        return obj
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        return self.objects.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def user_delete(self, name: str, *, grace: int = 30, namespace: str = "default") -> None:
+        """``kubectl delete pod`` (graceful): the API server sets deletionTimestamp."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        pod = self.objects[path]
+        meta = pod["metadata"]
+        if grace == 0:
+            del self.objects[path]
+            self._bump(pod)
+            self._emit("DELETED", pod)
+            return
+        meta["deletionTimestamp"] = ts(self.clock.now() + _dt.timedelta(seconds=grace))
+        meta["deletionGracePeriodSeconds"] = grace
+        self._bump(pod)
+        self._emit("MODIFIED", pod)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def expire_watches(self) -> None:
+        """End every watch with 410 Gone and drop what was held back (a compacted history)."""
+        self.paused = False
+        self._held.clear()
+        for q in self._watchers:
+            q.put_nowait(_GONE)
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        evs = [o for p, o in self.objects.items() if "/events/" in p]
+        return [e for e in evs if reason is None or e["reason"] == reason]
+
+    def status_writes(self, name: str) -> int:
+        return sum(
+            1 for m, p, _ in self.writes if m == "PATCH" and p.endswith(f"/pods/{name}/status")
+        )
+
+    # -- KubeClient surface ----------------------------------------------------------------
+
+    async def get(self, path: str, *, params: Any = None) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        obj = self.objects.get(path)
+        if obj is None:
+            raise NotFound(f"{path} not found", status=404, reason="NotFound")
+        return copy.deepcopy(obj)
+
+    async def list(self, path: str, *, params: Any = None) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        params = params or {}
+        items: list[dict[str, Any]] = []
+        if path == "/api/v1/pods":
+            selector = str(params.get("fieldSelector", ""))
+            node = selector.split("=", 1)[1] if selector.startswith("spec.nodeName=") else None
+            for p, obj in self.objects.items():
+                if "/pods/" in p and (node is None or obj["spec"].get("nodeName") == node):
+                    items.append(copy.deepcopy(obj))
+        else:
+            prefix = path.rstrip("/") + "/"
+            items = [copy.deepcopy(o) for p, o in self.objects.items() if p.startswith(prefix)]
+        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
+
+    async def watch(self, path: str, *, params: Any = None) -> AsyncIterator[dict[str, Any]]:
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        self._watchers.append(q)
+        try:
+            while True:
+                ev = await q.get()
+                if ev is _GONE:
+                    raise Gone("too old resource version", status=410, reason="Expired")
+                yield ev
+        finally:
+            self._watchers.remove(q)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        self.writes.append(("POST", path, body))
+        self.stats[("create", path.rsplit("/", maxsplit=1)[-1])] += 1
+        if path.endswith("/token"):
+            return {"status": {"token": "fake-jwt"}}
+        obj = copy.deepcopy(body)
+        self._bump(obj)
+        name = obj["metadata"]["name"]
+        self.objects[f"{path}/{name}"] = obj
+        return copy.deepcopy(obj)
+
+    async def patch(
+        self, path: str, body: Any, *, patch_type: str = "strategic", **_: Any
+    ) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        self.writes.append(("PATCH", path, copy.deepcopy(body)))
+        if path.endswith("/status"):
+            self.stats[("patch", "pods/status")] += 1
+            pod = self.objects.get(path[: -len("/status")])
+            if pod is None:
+                raise NotFound("pod not found", status=404, reason="NotFound")
+            want = (body.get("metadata") or {}).get("uid")
+            if want and want != pod["metadata"]["uid"]:
+                raise Conflict("Precondition failed: UID", status=409, reason="Conflict")
+            pod["status"] = st.apply_patch(pod.get("status") or {}, body.get("status") or {})
+            self._bump(pod)
+            self._emit("MODIFIED", pod)
+            return copy.deepcopy(pod)
+        obj = self.objects.get(path)
+        if obj is None:
+            raise NotFound("not found", status=404, reason="NotFound")
+        obj.update(body)
+        self._bump(obj)
+        return copy.deepcopy(obj)
+
+    async def delete(self, path: str, *, body: Any = None) -> dict[str, Any] | None:
+        await asyncio.sleep(0)
+        self.writes.append(("DELETE", path, body))
+        obj = self.objects.get(path)
+        if obj is None:
+            raise NotFound("not found", status=404, reason="NotFound")
+        want = ((body or {}).get("preconditions") or {}).get("uid")
+        if want and want != obj["metadata"]["uid"]:
+            raise Conflict("Precondition failed: UID", status=409, reason="Conflict")
+        if (body or {}).get("gracePeriodSeconds") == 0:
+            del self.objects[path]
+            self._bump(obj)
+            self._emit("DELETED", obj)
+        return copy.deepcopy(obj)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class Polled:
+    """A translator without ``changes()`` (not a Notifier): only the periodic list sees state."""
+
+    def __init__(self, inner: SimulatedTranslator) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.features: Features = inner.features
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def ping(self) -> None:
+        await self.inner.ping()
+
+    async def capacity(self) -> Capacity:
+        return await self.inner.capacity()
+
+    async def node_info(self) -> NodeInfo:
+        return await self.inner.node_info()
+
+    async def create(self, pod: ResolvedPod) -> WorkloadState:
+        return await self.inner.create(pod)
+
+    async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
+        return await self.inner.update(pod, current)
+
+    async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+        await self.inner.delete(ref, grace_seconds=grace_seconds)
+
+    async def list(self) -> Any:
+        return await self.inner.list()
+
+
+def sim_clock(clock: FakeClock) -> Callable[[], float]:
+    """The simulated backend's wall clock, following the fake clock."""
+    return lambda: clock.now().timestamp()
+
+
+async def settle(rounds: int = 60) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def run_for(clock: FakeClock, seconds: float, step: float = 0.25) -> None:
+    """Advance the fake clock in steps, letting tasks run in between."""
+    steps = int(seconds / step)
+    for _ in range(steps):
+        await clock.advance(step)
+        await settle()
