@@ -7,6 +7,11 @@ unless ``CI=true``, where a missing tier is a failure, never a silent skip.
 
 Session scope for the expensive servers (the API server takes seconds to become ready), function
 scope for gateways, which tests start, restart and kill.
+
+Binaries: ``tox -e e2e`` builds them before pytest starts (``python -m gateway.devstack.build``),
+outside pytest-timeout's budget.  Run directly, the fixtures build a missing binary on demand
+when Go is installed — a cold kube-apiserver build takes longer than the default test timeout,
+so build first or pass ``--timeout=0``.
 """
 
 from __future__ import annotations
