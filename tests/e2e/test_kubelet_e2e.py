@@ -177,15 +177,19 @@ def test_kubectl_exec_output_and_exit_code(
         env={"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": websockets},
     )
     assert ok.returncode == 0, ok.stderr
+
     # What reached the kubelet: both kubectl paths arrive as SPDY (the API server translates
     # kubectl's WebSocket v5 to SPDY toward a node that does not declare ExtendWebSocketsToKubelet).
-    log = gateway.log_text()
-    execs = [
-        line
-        for line in log.splitlines()
-        if "kubelet: POST /exec/" in line or "kubelet: GET /exec/" in line
-    ]
-    assert execs and all("upgrade=spdy/3.1" in line for line in execs), execs[-3:]
+    def exec_lines() -> list[str]:
+        lines = [
+            line
+            for line in gateway.log_text().splitlines()
+            if "kubelet: POST /exec/" in line or "kubelet: GET /exec/" in line
+        ]
+        return lines if len(lines) >= 2 else []
+
+    execs = wait_until("both execs in the kubelet's access log", exec_lines, timeout=15)
+    assert all("upgrade=spdy/3.1" in line for line in execs), execs[-3:]
 
 
 @pytest.mark.parametrize("websockets", ["true", "false"])
@@ -223,7 +227,7 @@ def test_exec_disabled_backend_gives_a_clear_error(start_gateway: Any, kubectl: 
 
 
 async def test_websocket_v4_client_through_the_api_server(
-    running_pod: str, control_plane: Any
+    running_pod: str, control_plane: Any, gateway: Any
 ) -> None:
     from websockets.asyncio.client import connect
     from websockets.typing import Subprotocol
@@ -246,6 +250,13 @@ async def test_websocket_v4_client_through_the_api_server(
     status = json.loads(b"".join(f[1:] for f in frames if f[:1] == b"\x03"))
     assert status["reason"] == "NonZeroExitCode"
     assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "3"}]
+    # v4 is not translated: it reaches the kubelet as a WebSocket GET
+    execs = wait_until(
+        "the exec in the kubelet's access log",
+        lambda: [ln for ln in gateway.log_text().splitlines() if "kubelet: GET /exec/" in ln],
+        timeout=15,
+    )
+    assert all("upgrade=websocket" in ln for ln in execs), execs
 
 
 # --------------------------------------------------------------------------- direct :10250
