@@ -26,7 +26,8 @@ restartPolicy is honoured: ``Always`` restarts an exiting container (restartCoun
 
 What the workload received is kept for inspection (state file, ``extra.containers``): per
 container the expanded command/args, env in order and volume files by mount path; secret values
-appear as ``<secret:sha256[:12]>``.  ``status.podIP`` fieldRefs arrive as the placeholder
+appear as ``<secret:sha256[:12]>``; ``extra.duplicate_creates`` counts ``create`` calls for a
+UID that already had a workload (idempotent, but a gateway should never need them).  ``status.podIP`` fieldRefs arrive as the placeholder
 ``__VKGATE_POD_IP__`` (``Features.pod_ip_placeholder``) and are replaced by the workload's IP.
 After a delete, containers keep running for ``sim-stop-seconds`` (capped by the grace period),
 then the workload disappears.
@@ -208,6 +209,9 @@ class SimulatedTranslator:
         self.calls["create"] += 1
         existing = self._records.get(pod.uid)
         if existing is not None:
+            # Idempotent by UID, but counted: restart tests assert the gateway never re-submits.
+            existing.extra["duplicate_creates"] = existing.extra.get("duplicate_creates", 0) + 1
+            self._save()
             return self._state(existing, self.clock())
         ann: Mapping[str, str] = pod.pod.get("metadata", {}).get("annotations", {}) or {}
         if ann.get(ANN + "sim-fail-create"):
