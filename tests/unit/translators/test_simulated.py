@@ -1,0 +1,180 @@
+"""The simulated backend: the documented annotations, persistence, placeholders, stop timing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from translators.base import (
+    BackendRejected,
+    BackendUnavailable,
+    EnvVar,
+    Notifier,
+    Phase,
+    PodRef,
+    ResolvedContainer,
+    ResolvedPod,
+    ResolvedVolume,
+    VolumeFile,
+    VolumeMount,
+)
+from translators.simulated import POD_IP_PLACEHOLDER, SimulatedTranslator, fake_ip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def resolved(uid: str = "u-1", *, policy: str = "Always", **annotations: str) -> ResolvedPod:
+    return ResolvedPod(
+        namespace="ns",
+        name=f"pod-{uid}",
+        uid=uid,
+        node_name="vk",
+        pod={
+            "metadata": {
+                "annotations": {
+                    f"vkgate.io/{k.replace('_', '-')}": v for k, v in annotations.items()
+                }
+            },
+            "spec": {"restartPolicy": policy},
+        },
+        containers=(
+            ResolvedContainer(
+                name="app",
+                image="busybox",
+                command=("serve", f"--ip={POD_IP_PLACEHOLDER}"),
+                env=(EnvVar("IP", POD_IP_PLACEHOLDER), EnvVar("PW", "hunter2", secret=True)),
+                mounts=(VolumeMount("cfg", "/etc/cfg"),),
+            ),
+        ),
+        volumes=(ResolvedVolume("cfg", "configMap", (VolumeFile("a.conf", b"x=1"),)),),
+    )
+
+
+def make(tmp_path: Path, clock: Clock, **kw: Any) -> SimulatedTranslator:
+    return SimulatedTranslator(
+        None, clock=clock, node_name="vk", state_file=str(tmp_path / "s.json"), start_delay=1, **kw
+    )
+
+
+async def test_lifecycle_pending_running_and_ip(tmp_path: Path) -> None:
+    clock = Clock()
+    sim = make(tmp_path, clock)
+    st = await sim.create(resolved())
+    assert st.phase == Phase.PENDING and st.pod_ip == ""
+    clock.t += 1.5
+    [st] = await sim.list()
+    assert st.phase == Phase.RUNNING and st.pod_ip == fake_ip("u-1")
+    assert st.containers[0].state == "running" and st.containers[0].ready
+    assert st.node_name == "vk"
+
+
+async def test_records_what_the_workload_received_with_the_ip_substituted(tmp_path: Path) -> None:
+    clock = Clock()
+    sim = make(tmp_path, clock)
+    await sim.create(resolved())
+    got = sim._records["u-1"].extra["containers"]["app"]
+    ip = fake_ip("u-1")
+    assert got["command"] == ["serve", f"--ip={ip}"]
+    assert got["env"][0] == ["IP", ip]
+    assert got["env"][1][1].startswith("<secret:") and "hunter2" not in str(got)
+    assert got["files"] == {"/etc/cfg/a.conf": "x=1"}
+    assert sim.features.pod_ip_placeholder == POD_IP_PLACEHOLDER
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "phase", "restarts"),
+    [
+        ("Never", "0", Phase.SUCCEEDED, 0),
+        ("Never", "3", Phase.FAILED, 0),
+        ("Always", "0", Phase.RUNNING, 2),
+        ("OnFailure", "1", Phase.RUNNING, 2),
+        ("OnFailure", "0", Phase.SUCCEEDED, 0),
+    ],
+)
+async def test_exit_codes_and_restart_policy(
+    tmp_path: Path, policy: str, code: str, phase: Phase, restarts: int
+) -> None:
+    clock = Clock()
+    sim = make(tmp_path, clock)
+    await sim.create(resolved(policy=policy, sim_exit_code=code, sim_run_seconds="2"))
+    clock.t += 1 + 5
+    [st] = await sim.list()
+    assert st.phase == phase
+    assert st.containers[0].restart_count == restarts
+    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+        assert st.containers[0].exit_code == int(code)
+
+
+async def test_state_file_survives_a_restart_and_counts_duplicate_creates(tmp_path: Path) -> None:
+    clock = Clock()
+    await make(tmp_path, clock).create(resolved())
+    again = make(tmp_path, clock)
+    [st] = await again.list()
+    assert st.ref == PodRef("ns", "pod-u-1", "u-1")
+    await again.create(resolved())  # idempotent by uid
+    assert len(await again.list()) == 1
+    assert make(tmp_path, clock)._records["u-1"].extra["duplicate_creates"] == 1
+
+
+async def test_delete_keeps_running_for_stop_seconds_then_disappears(tmp_path: Path) -> None:
+    clock = Clock()
+    sim = make(tmp_path, clock)
+    await sim.create(resolved(sim_stop_seconds="3"))
+    clock.t += 2
+    await sim.delete(PodRef("ns", "pod-u-1", "u-1"), grace_seconds=30)
+    clock.t += 2
+    [st] = await sim.list()
+    assert st.containers[0].state == "running"
+    clock.t += 1.1
+    assert await sim.list() == []
+    assert make(tmp_path, clock)._records == {}
+
+
+async def test_stop_is_capped_by_grace_and_never_stop_never_stops(tmp_path: Path) -> None:
+    clock = Clock()
+    sim = make(tmp_path, clock)
+    await sim.create(resolved("a", sim_stop_seconds="60"))
+    await sim.create(resolved("b", sim_never_stop="true"))
+    await sim.delete(PodRef("ns", "pod-a", "a"), grace_seconds=2)
+    await sim.delete(PodRef("ns", "pod-b", "b"), grace_seconds=2)
+    clock.t += 3
+    [st] = await sim.list()
+    assert st.ref.uid == "b"
+    await sim.delete(PodRef("ns", "x", "missing"), grace_seconds=0)  # not found = done
+
+
+async def test_fail_create_and_unreachable(tmp_path: Path) -> None:
+    clock = Clock()
+    flag = tmp_path / "down"
+    sim = make(tmp_path, clock, unreachable_file=str(flag))
+    with pytest.raises(BackendRejected, match="no quota"):
+        await sim.create(resolved(sim_fail_create="no quota"))
+    flag.touch()
+    with pytest.raises(BackendUnavailable):
+        await sim.list()
+    with pytest.raises(BackendUnavailable):
+        await sim.ping()
+
+
+async def test_notifier_yields_changes(tmp_path: Path) -> None:
+    clock = Clock()
+    sim = make(tmp_path, clock, notify_interval=0.01)
+    assert isinstance(sim, Notifier)
+    await sim.create(resolved())
+    stream = sim.changes()
+    first = await asyncio.wait_for(anext(stream), 1)
+    assert first.phase == Phase.PENDING
+    clock.t += 2
+    second = await asyncio.wait_for(anext(stream), 1)
+    assert second.phase == Phase.RUNNING
+    await sim.close()
+    await stream.aclose()
