@@ -433,3 +433,193 @@ async def test_notifier_drives_status_without_waiting_for_the_reconcile(tmp_path
         assert p is not None and p["status"]["phase"] == "Running"
     finally:
         await h.stop()
+
+
+class Scripted(Polled):
+    """Polled simulated backend whose create/update/delete can be scripted per test."""
+
+    def __init__(self, inner: SimulatedTranslator) -> None:
+        super().__init__(inner)
+        self.create_errors: list[Exception] = []
+        self.delete_errors: list[Exception] = []
+        self.update_result = True
+        self.updates: list[Any] = []
+
+    async def create(self, pod: Any) -> Any:
+        if self.create_errors:
+            raise self.create_errors.pop(0)
+        return await super().create(pod)
+
+    async def update(self, pod: Any, current: Any) -> bool:
+        self.updates.append(pod)
+        return self.update_result
+
+    async def delete(self, ref: Any, *, grace_seconds: int) -> None:
+        if self.delete_errors:
+            raise self.delete_errors.pop(0)
+        await super().delete(ref, grace_seconds=grace_seconds)
+
+
+class ScriptedHarness(Harness):
+    scripted: Scripted
+
+    def translator(self) -> Any:
+        self.scripted = Scripted(super().translator().inner)
+        return self.scripted
+
+
+@pytest.fixture
+async def sh(tmp_path: Path) -> AsyncIterator[ScriptedHarness]:
+    harness = ScriptedHarness(tmp_path, max_retries=3)
+    yield harness
+    await harness.stop()
+
+
+async def test_spec_change_is_applied_in_place_or_reported(sh: ScriptedHarness) -> None:
+    await sh.start()
+    sh.kube.add(pod("u"))
+    await run_for(sh.clock, 6)
+    p = sh.kube.pod("u")
+    assert p is not None
+    p["metadata"]["labels"] = {"version": "2"}
+    sh.kube._bump(p)
+    sh.kube._emit("MODIFIED", p)
+    await run_for(sh.clock, 1)
+    assert len(sh.scripted.updates) == 1
+    assert sh.scripted.updates[0].pod["metadata"]["labels"] == {"version": "2"}
+    assert sh.kube.events("UpdateRequiresRecreate") == []
+    sh.scripted.update_result = False
+    p["spec"]["activeDeadlineSeconds"] = 3600
+    sh.kube._bump(p)
+    sh.kube._emit("MODIFIED", p)
+    await run_for(sh.clock, 1)
+    [ev] = sh.kube.events("UpdateRequiresRecreate")
+    assert "spec.activeDeadlineSeconds" in ev["message"] and ev["type"] == "Warning"
+    assert sh.sim is not None and sh.sim.calls["create"] == 1
+
+
+async def test_changed_configmap_reaches_a_running_pod(sh: ScriptedHarness) -> None:
+    await sh.start()
+    sh.kube.add(
+        {"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}, "data": {"k": "1"}}
+    )
+    sh.kube.add(
+        pod(
+            "cm",
+            containers=[{"name": "app", "volumeMounts": [{"name": "v", "mountPath": "/etc/c"}]}],
+            volumes=[{"name": "v", "configMap": {"name": "c"}}],
+        )
+    )
+    await run_for(sh.clock, 6)
+    assert sh.scripted.updates == []
+    cm = sh.kube.objects["/api/v1/namespaces/default/configmaps/c"]
+    cm["data"] = {"k": "2"}
+    sh.kube._bump(cm)
+    await run_for(sh.clock, 11)  # one refresh interval
+    [upd] = sh.scripted.updates
+    [vol] = upd.volumes
+    assert vol.files[0].content == b"2"
+
+
+async def test_backend_down_at_startup_creates_nothing_until_it_answers(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    flag = tmp_path / "down"
+    flag.touch()
+    orig = h.translator
+
+    def translator() -> Any:
+        t = orig()
+        assert h.sim is not None
+        h.sim.unreachable_file = flag
+        return t
+
+    h.translator = translator  # type: ignore[method-assign]
+    h.kube.add(pod("early"))
+    ctl = PodController(
+        h.kube,  # type: ignore[arg-type]
+        h.translator(),
+        EventRecorder(h.kube, host=NODE, clock=h.clock),  # type: ignore[arg-type]
+        settings(),
+        clock=h.clock,
+    )
+    h.ctl = ctl
+    await ctl.start()
+    await run_for(h.clock, 10)
+    assert not ctl.ready.is_set()
+    assert h.sim is not None and h.sim.calls["create"] == 0
+    flag.unlink()
+    await run_for(h.clock, 40)
+    assert ctl.ready.is_set()
+    assert h.sim.calls["create"] == 1
+    await h.stop()
+
+
+async def test_retryable_create_errors_end_in_failed_under_never(sh: ScriptedHarness) -> None:
+    from translators.base import BackendUnavailable
+
+    await sh.start()
+    sh.scripted.create_errors = [BackendUnavailable("connection refused") for _ in range(5)]
+    sh.kube.add(pod("r", restartPolicy="Never"))
+    await run_for(sh.clock, 1)
+    p = sh.kube.pod("r")
+    assert p is not None and p["status"]["phase"] == "Pending"
+    assert p["status"]["reason"] == "ProviderFailed" and "retrying" in p["status"]["message"]
+    await run_for(sh.clock, 10)
+    p = sh.kube.pod("r")
+    assert p is not None and p["status"]["phase"] == "Failed"
+    assert "after 3 attempt(s)" in p["status"]["message"]
+    [ev] = sh.kube.events("ProviderCreateFailed")
+    assert ev["count"] == 3
+
+
+async def test_retryable_create_error_recovers(sh: ScriptedHarness) -> None:
+    from translators.base import BackendThrottled
+
+    await sh.start()
+    sh.scripted.create_errors = [BackendThrottled("slow down", retry_after=2.0)]
+    sh.kube.add(pod("t"))
+    await run_for(sh.clock, 1)
+    assert sh.sim is not None and sh.sim.calls["create"] == 0
+    await run_for(sh.clock, 8)
+    p = sh.kube.pod("t")
+    assert p is not None and p["status"]["phase"] == "Running"
+    assert "reason" not in p["status"]
+
+
+async def test_backend_delete_failure_is_reported_and_retried(sh: ScriptedHarness) -> None:
+    from translators.base import BackendUnavailable
+
+    await sh.start()
+    sh.kube.add(pod("d"))
+    await run_for(sh.clock, 3)
+    uid = sh.kube.pod("d")["metadata"]["uid"]  # type: ignore[index]
+    sh.scripted.delete_errors = [BackendUnavailable("backend down")]
+    sh.kube.user_delete("d", grace=0)
+    await run_for(sh.clock, 1)
+    [ev] = sh.kube.events("ProviderDeleteFailed")
+    assert "backend down" in ev["message"]
+    await run_for(sh.clock, 3)
+    assert uid not in sh.workloads()
+
+
+async def test_active_deadline(h: Harness) -> None:
+    await h.start()
+    h.kube.add(pod("dl", activeDeadlineSeconds=20))
+    await run_for(h.clock, 6)
+    assert h.kube.pod("dl")["status"]["phase"] == "Running"  # type: ignore[index]
+    await run_for(h.clock, 18)
+    p = h.kube.pod("dl")
+    assert p is not None and p["status"]["phase"] == "Failed"
+    assert p["status"]["reason"] == "DeadlineExceeded"
+    assert h.workloads() == {} or all(r["deleted_at"] for r in h.workloads().values())
+
+
+async def test_deleting_a_terminal_pod_purges_and_deletes_at_once(h: Harness) -> None:
+    await h.start()
+    h.kube.add(pod("done", restartPolicy="Never", annotations={"vkgate.io/sim-exit-code": "0"}))
+    await run_for(h.clock, 12)
+    assert h.kube.pod("done")["status"]["phase"] == "Succeeded"  # type: ignore[index]
+    h.kube.user_delete("done", grace=30)
+    await run_for(h.clock, 0.5)
+    assert h.kube.pod("done") is None
+    assert h.workloads() == {}
