@@ -82,6 +82,8 @@ class EnvSources:
     host_ips: tuple[str, ...] = ()
     #: Node allocatable quantities (``cpu``, ``memory``, ``ephemeral-storage`` …).
     allocatable: Mapping[str, str] = field(default_factory=dict)
+    #: ``pods.enable_service_links``: False drops same-namespace service variables for every
+    #: pod (``default/kubernetes`` ones stay, as with the pod field).
     enable_service_links: bool = True
     strict_names: bool = False
 
@@ -573,9 +575,10 @@ def _is_init(pod: Mapping[str, Any], name: str) -> bool:
     return any(c.get("name") == name for c in (pod.get("spec") or {}).get("initContainers") or [])
 
 
-def _enable_links(pod: Mapping[str, Any], default: bool) -> bool:
+def _enable_links(pod: Mapping[str, Any], allowed: bool) -> bool:
+    """``spec.enableServiceLinks`` (API default true), unless the gateway turned links off."""
     value = (pod.get("spec") or {}).get("enableServiceLinks")
-    return default if value is None else bool(value)
+    return allowed and (True if value is None else bool(value))
 
 
 def referenced_objects(pod: Mapping[str, Any]) -> tuple[set[str], set[str]]:

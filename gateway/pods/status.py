@@ -673,8 +673,7 @@ def transition_events(
             restarts = int(s.get("restartCount", 0))
             old_restarts = int(b.get("restartCount", 0)) if b else 0
             if now_state == "running" and (old_state != "running" or restarts > old_restarts):
-                if old_state in ("", "waiting") and restarts == 0:
-                    events.append(("Normal", "Created", f"Created container {name}", fp))
+                # (no per-container "Created": the pod-level Created event names the workload)
                 events.append(("Normal", "Started", f"Started container {name}", fp))
             if restarts > old_restarts:
                 last = (s.get("lastState") or {}).get("terminated") or {}

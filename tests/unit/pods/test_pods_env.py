@@ -442,6 +442,10 @@ def test_pod_enable_service_links_false() -> None:
     assert "DB_SERVICE_HOST" in as_dict(on)
     assert "DB_SERVICE_HOST" not in as_dict(off)
     assert "KUBERNETES_SERVICE_HOST" in as_dict(off)
+    gateway_off = EnvSources(**{**sources.__dict__, "enable_service_links": False})
+    forced = env_of({"name": "app"}, gateway_off, enableServiceLinks=True)
+    assert "DB_SERVICE_HOST" not in as_dict(forced)
+    assert "KUBERNETES_SERVICE_HOST" in as_dict(forced)
 
 
 def test_service_list_failure_blocks() -> None:

@@ -410,7 +410,7 @@ def test_transition_events() -> None:
     pod = make_pod()
     pending = st.pending(pod, now=at(0), host_ip="h")
     run = st.from_workload(pod, state(running()), now=at(1), host_ip="h", backend="b")
-    assert [e[1] for e in st.transition_events(pending, run)] == ["Created", "Started"]
+    assert [e[1] for e in st.transition_events(pending, run)] == ["Started"]
     assert st.transition_events(run, run) == []
     restarted = st.from_workload(
         pod,
