@@ -9,8 +9,8 @@ pod references an object, re-reads it every ``refresh_interval`` (default 30 s; 
 or vanished — re-queues every pod that references it.  Why polling and not a watch per object:
 every watch is a long-lived HTTP/1.1 connection here (no HTTP/2 multiplexing), and hundreds of
 them would exhaust the client's connection pool; a GET per referenced object per interval is
-cheap and bounded.  A pod stuck on a missing mandatory key therefore starts at most one interval
-after the key appears (its own backoff retries may start it sooner).
+cheap and bounded.  A pod stuck on a missing mandatory key starts at most one interval after
+the key appears, or sooner at its own backoff retry (a cached "not found" is re-read after 5 s).
 
 Services (for service link variables) are listed per namespace and cached for the same
 interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod.  The team is
@@ -54,6 +54,9 @@ log = logging.getLogger("gateway.pods.resolve")
 Kind = Literal["configmaps", "secrets"]
 RefKey = tuple[str, str, str]  # (kind, namespace, name)
 TEAM_LABEL = "vkgate.io/team"
+#: A "not found" is re-read after this long when a pod sync asks again (its retry backoff),
+#: so a pod waiting for a ConfigMap does not have to wait for the next refresh.
+MISS_TTL = 5.0
 
 
 @dataclass
@@ -107,7 +110,9 @@ class RefCache:
     async def get(self, kind: Kind, namespace: str, name: str) -> Lookup:
         key = (kind, namespace, name)
         entry = self._cache.get(key)
-        if entry is not None:
+        if entry is not None and (
+            entry.value is not None or self.clock.monotonic() - entry.fetched < MISS_TTL
+        ):
             return entry.value
         value = await self._read(key)
         if not isinstance(value, ReadError):
