@@ -521,3 +521,59 @@ def test_unsupported_volume_fails_with_reason(start_gateway, control_plane, kube
     assert 'volume "host"' in p["status"]["message"]
     out = kubectl("get", "pod", "-n", ns, "hp").stdout
     assert "UnsupportedVolume" in out
+
+
+def test_projected_service_account_token(start_gateway, control_plane, kubectl, ns) -> None:
+    gw = start_gateway()
+    apply(
+        kubectl,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "builder", "namespace": ns},
+        },
+        pod(
+            "tok",
+            ns,
+            gw.node_name,
+            serviceAccountName="builder",
+            containers=[
+                {
+                    "name": "app",
+                    "image": "busybox",
+                    "volumeMounts": [{"name": "api", "mountPath": "/var/run/api"}],
+                }
+            ],
+            volumes=[
+                {
+                    "name": "api",
+                    "projected": {
+                        "sources": [
+                            {
+                                "serviceAccountToken": {
+                                    "path": "token",
+                                    "expirationSeconds": 3600,
+                                    "audience": "vault",
+                                }
+                            },
+                            {
+                                "downwardAPI": {
+                                    "items": [
+                                        {
+                                            "path": "namespace",
+                                            "fieldRef": {"fieldPath": "metadata.namespace"},
+                                        }
+                                    ]
+                                }
+                            },
+                        ]
+                    },
+                }
+            ],
+        ),
+    )
+    p = wait_until("Running", phase_is(control_plane, ns, "tok", "Running"), timeout=30)
+    files = workloads(gw)[p["metadata"]["uid"]]["extra"]["containers"]["app"]["files"]
+    assert files["/var/run/api/namespace"] == ns
+    token = files["/var/run/api/token"]
+    assert token.startswith("<secret:") and token != masked("")  # a real token, kept out of sight
