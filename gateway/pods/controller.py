@@ -34,7 +34,7 @@ from gateway.kube.events import EventRecorder
 from gateway.kube.reflector import Reflector
 from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
-from gateway.pods.sync import PodState, PodSync, Retry, pod_key
+from gateway.pods.sync import PodState, PodSync, Retry, parse_time, pod_key
 from translators.base import Notifier, Translator, TranslatorError, WorkloadState
 
 log = logging.getLogger("gateway.pods")
@@ -175,7 +175,7 @@ class PodController:
         for st in states:
             pod = by_uid.get(st.ref.uid)
             if pod is not None:
-                self.state.adopt(pod, st)
+                self.state.adopt(pod, st, submitted_at=self._created_at(pod))
                 adopted += 1
             elif self._ours(st):
                 self._queue_delete(f"{st.ref.key}/{st.ref.uid}", None)
@@ -197,6 +197,14 @@ class PodController:
             self._spawn(self._notify_loop(), "pod-notify")
         self._spawn(self.refs.run(self._on_refs_changed), "pod-refs")
         self.ready.set()
+
+    def _created_at(self, pod: Mapping[str, Any]) -> float:
+        """The pod's creation time on the monotonic clock (how old an adopted workload is)."""
+        created = (pod.get("metadata") or {}).get("creationTimestamp")
+        if not created:
+            return self.clock.monotonic()
+        age = (self.clock.now() - parse_time(str(created))).total_seconds()
+        return self.clock.monotonic() - max(0.0, age)
 
     def _ours(self, st: WorkloadState) -> bool:
         return not st.node_name or st.node_name == self.node_name

@@ -95,6 +95,19 @@ def parse_time(value: str) -> _dt.datetime:
     return _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def _ran_before(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") == "Running":
+        return True
+    return any(
+        c.get("containerID")
+        for c in (
+            *(status.get("containerStatuses") or []),
+            *(status.get("initContainerStatuses") or []),
+        )
+    )
+
+
 def spec_hash(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     body = {
@@ -157,10 +170,11 @@ class PodState:
     def uid_of(pod: Mapping[str, Any]) -> str:
         return str((pod.get("metadata") or {}).get("uid", ""))
 
-    def adopt(self, pod: Mapping[str, Any], state: WorkloadState) -> None:
+    def adopt(self, pod: Mapping[str, Any], state: WorkloadState, *, submitted_at: float) -> None:
+        """A workload found at startup; ``submitted_at`` estimates when (pod creation time)."""
         uid = state.ref.uid
         self.workloads[uid] = state
-        self.submitted[uid] = float("-inf")
+        self.submitted[uid] = submitted_at
         self.applied[uid] = (spec_hash(pod), dict(pod), "")
 
     def submitted_since(self, uid: str, since: float) -> bool:
@@ -322,6 +336,11 @@ class PodSync:
             return
         if st.is_terminal(pod):
             return
+        state = self.state.workloads.get(uid)
+        if state is None and uid not in self.state.submitted and _ran_before(pod):
+            # found Running (or with started containers) but the backend has no workload, e.g.
+            # it vanished while the gateway was down: the same verdict as the reconcile's
+            self.state.lost.add(uid)
         if uid in self.state.lost:
             self.state.lost.discard(uid)
             self.state.stats["lost"] += 1
@@ -329,7 +348,6 @@ class PodSync:
             await self.event(pod, "Warning", "NotFound", str(desired.get("message", "")))
             await self.write_status(pod, desired)
             return
-        state = self.state.workloads.get(uid)
         if state is None:
             await self._create(pod)
             return
@@ -646,3 +664,4 @@ class PodSync:
             self.state.stats["cleanups"] += 1
         self.state.forget(uid)
         self.state.gone.pop(key, None)
+        self.state.status_writes.pop(f"{ns}/{name}", None)

@@ -623,3 +623,26 @@ async def test_deleting_a_terminal_pod_purges_and_deletes_at_once(h: Harness) ->
     await run_for(h.clock, 0.5)
     assert h.kube.pod("done") is None
     assert h.workloads() == {}
+
+
+async def test_workload_vanished_while_gateway_down_is_lost_not_resubmitted(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    await h.start()
+    h.kube.add(pod("r"))
+    await run_for(h.clock, 6)
+    assert h.kube.pod("r")["status"]["phase"] == "Running"  # type: ignore[index]
+    h.kube.add(pod("y"))  # submitted, never seen running
+    await run_for(h.clock, 0.5)
+    assert h.kube.pod("y")["status"]["phase"] == "Pending"  # type: ignore[index]
+    await h.stop()
+    h.state_file.write_text("{}")  # the backend lost everything meanwhile
+    await h.start()
+    await run_for(h.clock, 2)
+    r = h.kube.pod("r")
+    assert (
+        r is not None and r["status"]["phase"] == "Failed" and r["status"]["reason"] == "NotFound"
+    )
+    assert h.sim is not None and h.sim.calls["create"] == 1  # only "y" (never ran) comes back
+    await run_for(h.clock, 6)
+    assert h.kube.pod("y")["status"]["phase"] == "Running"  # type: ignore[index]
+    await h.stop()
