@@ -252,6 +252,7 @@ def test_restart_mid_burst_has_exactly_one_workload_per_pod(
     )
     half = len(workloads(gw))
     gw.kill()  # a crash, mid-burst
+    t_restart = time.monotonic()
     gw.start()
     listed = lambda: kubectl("get", "pods", "-n", ns, "-o", "json").stdout  # noqa: E731
     wait_until(
@@ -260,6 +261,7 @@ def test_restart_mid_burst_has_exactly_one_workload_per_pod(
         timeout=180,
         interval=1,
     )
+    took = time.monotonic() - t_restart
     items = json.loads(listed())["items"]
     uids = {i["metadata"]["uid"] for i in items}
     state = workloads(gw)
@@ -274,7 +276,8 @@ def test_restart_mid_burst_has_exactly_one_workload_per_pod(
     assert "adopted" in gw.log_text()
     writes = status_writes(gw)
     print(
-        f"\nburst: {half} of {n} workloads existed at the crash; status writes per pod: "
+        f"\nburst: {half} of {n} workloads existed at the crash; all Running {took:.1f}s after "
+        f"the restart; status writes per pod: "
         f"max {max(writes.values())}, distribution {sorted(Counter(writes.values()).items())}"
     )
 
