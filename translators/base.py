@@ -174,6 +174,22 @@ class ResolvedContainer:
 
 
 @dataclass(frozen=True, slots=True)
+class RegistryCredential:
+    """Registry login from a pod's ``imagePullSecrets`` (resolved by the gateway).
+
+    ``server`` is normalized: no scheme, no ``/v1/``/``/v2/`` suffix, Docker Hub spelled
+    ``docker.io``; it may carry a repository path (``quay.io/team``) or a ``*.`` wildcard
+    host.  ``translators.registry.credential_for(image, creds)`` picks the one for an image.
+    ``auth_source`` says where it came from (``secret/<name>``).  The password is never in
+    ``repr``."""
+
+    server: str
+    username: str
+    password: str = field(repr=False)
+    auth_source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ResolvedPod:
     """Everything a translator needs to create a workload, and nothing Kubernetes-live."""
 
@@ -190,6 +206,9 @@ class ResolvedPod:
     template: str = ""
     #: Values the node knows (podIP is filled when known, for status.* fieldRefs).
     host_ip: str = ""
+    #: Credentials from ``spec.imagePullSecrets`` that match at least one of the pod's
+    #: images, in the pod's order.  Translators keep them out of metadata/labels/Meta.
+    registry_credentials: tuple[RegistryCredential, ...] = ()
 
     @property
     def key(self) -> str:

@@ -12,6 +12,11 @@ them would exhaust the client's connection pool; a GET per referenced object per
 cheap and bounded.  A pod stuck on a missing mandatory key starts at most one interval after
 the key appears, or sooner at its own backoff retry (a cached "not found" is re-read after 5 s).
 
+**imagePullSecrets** are read the same way (by name, through ``RefCache``) but are not
+tracked for change detection: credentials matter when a workload is created, and a rotated
+pull secret must not restart a running one.  The rules are in ``gateway.pods.pullsecrets``; a
+missing pull secret is a Warning event, never a reason to hold the pod back.
+
 Services (for service link variables) are listed per namespace and cached for the same
 interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod.  The team is
 the namespace label ``vkgate.io/team`` (cached; if the namespace cannot be read the renderer falls
@@ -40,6 +45,7 @@ from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, NotFound
 from gateway.pods import env as envmod
 from gateway.pods import features as featmod
+from gateway.pods import pullsecrets as pullmod
 from gateway.pods import volumes as volmod
 from gateway.pods.env import EnvSources, Event, Lookup, ReadError
 from translators.base import (
@@ -320,6 +326,8 @@ class Resolver:
         results = await asyncio.gather(*(self.refs.get(k[0], k[1], k[2]) for k in sorted(refs)))  # type: ignore[arg-type]
         for key, value in zip(sorted(refs), results, strict=True):
             lookups[key] = value
+        pulls = await self._pull_secrets(pod, ns, lookups)
+        out.events.extend(pulls.events)
         host = self.host_ip()
         sources = EnvSources(
             configmaps={k[2]: v for k, v in lookups.items() if k[0] == "configmaps"},
@@ -389,11 +397,32 @@ class Resolver:
             volumes=vols.volumes,
             team=await self.refs.team(ns),
             host_ip=host,
+            registry_credentials=pulls.credentials,
         )
         out.pod = resolved
         skip = {t.encode() for t in tokens.values() if isinstance(t, str)}
         out.fingerprint = fingerprint(resolved, skip_contents=skip)
         return out
+
+    async def _pull_secrets(
+        self, pod: Mapping[str, Any], ns: str, lookups: Mapping[RefKey, Lookup]
+    ) -> pullmod.PullSecretResult:
+        names = pullmod.pull_secret_names(pod)
+        if not names:
+            return pullmod.PullSecretResult()
+        values = await asyncio.gather(
+            *(
+                _known(lookups[("secrets", ns, n)])
+                if ("secrets", ns, n) in lookups
+                else self.refs.get("secrets", ns, n)
+                for n in names
+            )
+        )
+        return pullmod.resolve_pull_secrets(pod, dict(zip(names, values, strict=True)))
+
+
+async def _known(value: Lookup) -> Lookup:
+    return value
 
 
 def fingerprint(pod: ResolvedPod, *, skip_contents: set[bytes] | None = None) -> str:
