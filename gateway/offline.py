@@ -12,6 +12,8 @@ The pod is resolved with the gateway's own rules (``gateway.pods.env`` /
 * An object the file does not contain is replaced by a *placeholder* whose referenced keys read
   ``<configmap NAME KEY>`` / ``<secret NAME KEY>`` (an ``envFrom`` or a volume of it without
   ``items`` contributes nothing), so a pod renders without its cluster; ``notes`` lists them.
+* ``imagePullSecrets`` are resolved from the Secrets in the file (dockerconfigjson/dockercfg,
+  as the live agent does); a pull secret the file does not contain is left out with a note.
 * A Namespace document gives the team (label ``vkgate.io/team``) unless ``--team`` is given.
 * Service link variables are not generated (there are no Services offline).
 
@@ -35,6 +37,7 @@ from typing import Any
 import yaml
 
 from gateway.pods.env import EnvSources, resolve_container_env
+from gateway.pods.pullsecrets import pull_secret_names, resolve_pull_secrets
 from translators.base import (
     JSON,
     Features,
@@ -255,6 +258,8 @@ def resolve(
         notes.extend(
             f"volume {n!r} ({k}) is not supported by this backend" for n, k in vr.unsupported
         )
+    pulls = resolve_pull_secrets(pod, {n: inputs.secrets.get(n) for n in pull_secret_names(pod)})
+    notes.extend(f"{e.reason}: {e.message}" for e in pulls.events)
     resolved = ResolvedPod(
         namespace=str(meta["namespace"]),
         name=str(meta["name"]),
@@ -266,6 +271,7 @@ def resolve(
         volumes=volumes,
         team=team,
         host_ip="127.0.0.1",
+        registry_credentials=pulls.credentials,
     )
     return Resolved(resolved, notes, errors)
 

@@ -549,7 +549,7 @@ def _map_line(debug_info: str, code_line: int) -> int | None:
 
 def secret_values(pod: ResolvedPod) -> list[str]:
     """Every secret value a spec for ``pod`` may contain (env values and secret file
-    contents, as text and base64), longest first."""
+    contents, as text and base64, registry passwords from imagePullSecrets), longest first."""
     values: set[str] = set()
     for c in (*pod.containers, *pod.init_containers):
         values.update(e.value for e in c.env if e.secret and e.value)
@@ -558,6 +558,7 @@ def secret_values(pod: ResolvedPod) -> list[str]:
             if f.secret and f.content:
                 values.add(f.content.decode("utf-8", errors="replace"))
                 values.add(base64.b64encode(f.content).decode())
+    values.update(c.password for c in pod.registry_credentials if c.password)
     return sorted(values, key=len, reverse=True)
 
 

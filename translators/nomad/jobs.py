@@ -53,6 +53,12 @@ directory at ``mountPath``.  ``emptyDir`` is a directory in the shared alloc dir
 (``../alloc/data/vkgate/<volume>``) mounted into every container that uses it.  Secret
 values may appear in ``Env``/``Templates`` (readable with Nomad's ``read-job``) but never in
 ``Meta``.
+
+imagePullSecrets: the credential that matches a task's image (``translators.registry``) becomes
+the docker driver's ``auth {username, password, server_address}`` (``server_address`` = the
+image's registry host, ``docker.io`` for Docker Hub), in ``backend_info.tasks[*].auth``;
+``raw_exec`` has no image and ignores it.  Like Env, it is readable with ``read-job``; it is
+never put into ``Meta`` (checked after rendering) and ``vkgate render`` masks the password.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ from translators.base import (
 )
 from translators.nomad.config import NomadConfig
 from translators.quantity import cpu_millis, parse_quantity
+from translators.registry import credential_for, image_host
 from translators.rendering import pod_context
 
 JSON = dict[str, Any]
@@ -438,6 +445,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
         elif c.role == "sidecar":
             lifecycle = {"Hook": "prestart", "Sidecar": True}
         argv = [*c.command, *c.args]
+        cred = credential_for(c.image, pod.registry_credentials)
         tasks[c.name] = {
             "name": c.name,
             "lifecycle": lifecycle,
@@ -446,6 +454,15 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "templates": templates,
             "docker_volumes": binds,
             "force_pull": c.spec.get("imagePullPolicy") == "Always",
+            "auth": (
+                {
+                    "username": cred.username,
+                    "password": cred.password,
+                    "server_address": image_host(c.image),
+                }
+                if cred is not None
+                else None
+            ),
             "raw_command": argv[0] if argv else "",
             "raw_args": argv[1:],
             "kill_timeout": kill_timeout,
@@ -497,6 +514,7 @@ def _secret_values(pod: ResolvedPod) -> set[str]:
         for f in v.files:
             if f.secret or v.kind == "secret":
                 values.add(f.content.decode("utf-8", errors="replace"))
+    values.update(c.password for c in pod.registry_credentials)
     return {s for s in values if len(s) >= 4}
 
 

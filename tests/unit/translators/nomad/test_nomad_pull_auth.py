@@ -1,0 +1,117 @@
+"""imagePullSecrets on Nomad: docker ``auth`` per task image, nothing for raw_exec, never in
+Meta, masked by ``vkgate render``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway import cli
+from translators.base import (
+    RegistryCredential,
+    ResolvedContainer,
+    ResolvedPod,
+    TranslationError,
+)
+from translators.nomad.config import NomadConfig
+from translators.nomad.jobs import finish_job, render_job
+from translators.rendering import Renderer, mask_secrets
+
+CREDS = (
+    RegistryCredential("ghcr.io", "gh-bot", "ghp-t0ken-value", auth_source="secret/a"),
+    RegistryCredential("docker.io", "hubuser", "hub-pass-value", auth_source="secret/b"),
+    RegistryCredential("*.example.com", "wild", "wild-pass-value", auth_source="secret/c"),
+)
+
+
+def pod(*images: str, creds: tuple[RegistryCredential, ...] = CREDS) -> ResolvedPod:
+    return ResolvedPod(
+        namespace="ns",
+        name="web",
+        uid="1234abcd-0000",
+        node_name="vk",
+        pod={"metadata": {"name": "web", "namespace": "ns", "uid": "u-1"}, "spec": {}},
+        containers=tuple(
+            ResolvedContainer(name=f"c{i}", image=image, command=("run",))
+            for i, image in enumerate(images)
+        ),
+        registry_credentials=creds,
+    )
+
+
+def tasks(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["Name"]: t for t in job["Job"]["TaskGroups"][0]["Tasks"]}
+
+
+def render(p: ResolvedPod, template: str = "nomad/job.j2") -> dict[str, Any]:
+    cfg = NomadConfig.from_settings({"template": template}, environ={})
+    return render_job(p, renderer=Renderer(), cfg=cfg, settings={}, factor=1000)
+
+
+def test_each_task_gets_the_login_for_its_own_image() -> None:
+    job = render(pod("ghcr.io/team/app:1", "busybox", "quay.io/x/y", "reg.example.com/z"))
+    t = tasks(job)
+    assert t["c0"]["Config"]["auth"] == [
+        {"username": "gh-bot", "password": "ghp-t0ken-value", "server_address": "ghcr.io"}
+    ]
+    assert t["c1"]["Config"]["auth"] == [
+        {"username": "hubuser", "password": "hub-pass-value", "server_address": "docker.io"}
+    ]
+    assert "auth" not in t["c2"]["Config"]  # no credential for quay.io
+    # a wildcard key: the concrete host of the image is the server address
+    assert t["c3"]["Config"]["auth"][0]["server_address"] == "reg.example.com"
+    meta = json.dumps(job["Job"]["Meta"])
+    assert "pass-value" not in meta and "t0ken" not in meta
+
+
+def test_no_pull_secrets_no_auth_block() -> None:
+    job = render(pod("ghcr.io/team/app:1", creds=()))
+    assert "auth" not in tasks(job)["c0"]["Config"]
+
+
+def test_raw_exec_ignores_registry_credentials() -> None:
+    job = render(pod("ghcr.io/team/app:1"), template="nomad/raw_exec.j2")
+    config = tasks(job)["c0"]["Config"]
+    assert config == {"command": "run"}
+    assert "ghp-t0ken" not in json.dumps(job)
+
+
+def test_a_template_copying_the_password_into_meta_is_refused() -> None:
+    info = {"job_id": "j", "meta": {}, "namespace": "ns"}
+    with pytest.raises(TranslationError, match="Secret value"):
+        finish_job(
+            {"ID": "j", "TaskGroups": [], "Meta": {"login": "gh-bot:ghp-t0ken-value"}},
+            pod("ghcr.io/team/app:1"),
+            info=info,
+            template="t.j2",
+        )
+
+
+def test_render_masks_the_password() -> None:
+    p = pod("ghcr.io/team/app:1")
+    masked = mask_secrets(render(p), p)
+    assert tasks(masked)["c0"]["Config"]["auth"][0] == {
+        "username": "gh-bot",
+        "password": "*****",
+        "server_address": "ghcr.io",
+    }
+
+
+GOLDEN = Path(__file__).parents[3] / "golden" / "nomad" / "pods" / "pull-secrets.yaml"
+
+
+def test_vkgate_render_masks_auth_unless_show_secrets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VKGATE_CONFIG", raising=False)
+    assert cli.main(["render", str(GOLDEN), "--backend", "nomad"]) == 0
+    out = capsys.readouterr().out
+    app = tasks(json.loads(out))["app"]["Config"]["auth"][0]
+    assert app["password"] == "*****" and app["username"] == "gh-bot"
+    assert "ghp_goldenToken" not in out and "hub-golden-pass" not in out
+    assert cli.main(["render", str(GOLDEN), "--backend", "nomad", "--show-secrets"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert tasks(shown)["app"]["Config"]["auth"][0]["password"] == "ghp_goldenToken"
