@@ -121,6 +121,9 @@ class App:
                 ((self.node.node or {}).get("status") or {}).get("allocatable") or {}
             ),
         )
+        # A template change (e.g. a ConfigMap version accepted) retries the pods that failed
+        # to translate; the gateway side subscribes, so translators never import gateway.
+        self.renderer.subscribe(self.pods.templates_changed)
         #: gateway.kubelet server (the kubelet helper wires it here).
         self.kubelet: Any = None
         if settings.kubelet.enabled:

@@ -5,6 +5,7 @@
     translator.changes()  (push, if the translator is a Notifier) ─┐          ▼
     translator.list()     (ONE call per interval: the backstop)  ──┴─▶ sync.PodSync (decide, act,
     RefCache.refresh()    (referenced ConfigMaps/Secrets changed) ───▶  write status, events)
+    templates_changed()   (Renderer.subscribe) ──▶ the pods that failed to translate, at once
 
 Startup order matters for "no duplicate submission after a restart": the pod cache syncs first,
 then ONE successful ``translator.list()`` indexes every existing workload by pod UID (adoption),
@@ -35,6 +36,7 @@ from gateway.kube.reflector import Reflector
 from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.sync import PodState, PodSync, Retry, parse_time, pod_key
+from gateway.pods.translation import TranslationRetries
 from translators.base import Notifier, Translator, TranslatorError, WorkloadState
 
 log = logging.getLogger("gateway.pods")
@@ -88,6 +90,8 @@ class PodController:
             kube, clock=self.clock, refresh_interval=getattr(ps, "config_refresh_interval", 30.0)
         )
         self.state = PodState()
+        #: Pods whose last sync failed to translate (policy in ``gateway.pods.translation``).
+        self.translation = TranslationRetries(clock=self.clock, rng=self._rng)
         resolver = Resolver(
             self.refs,
             features=translator.features,
@@ -110,11 +114,13 @@ class PodController:
             backoff_max=ps.backoff_max,
             kick=self.kick_reconcile,
             lookup=self.get_pod_by_key,
+            translation=self.translation,
         )
         self.ready = asyncio.Event()
         self._kick = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_list = float("-inf")
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- cache access (the kubelet server uses these) --------------------------------------
 
@@ -134,6 +140,7 @@ class PodController:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._spawn(self.reflector.run(self._on_pod_event), "pod-reflector")
         await self.reflector.synced.wait()
         self._spawn(self._startup(), "pod-startup")
@@ -218,6 +225,7 @@ class PodController:
         uid = self.state.uid_of(obj)
         if etype == "DELETED":
             self.refs.untrack(key)
+            self.translation.forget(key, uid)
             self._queue_delete(f"{key}/{uid}", old or obj)
             return
         if old is not None and self.state.uid_of(old) != uid:
@@ -237,6 +245,34 @@ class PodController:
         if pod is not None:
             self.state.refs_changed.add(self.state.uid_of(pod))
             self.queue.add(key)
+
+    def templates_changed(self) -> None:
+        """``Renderer.subscribe`` callback (any thread): the templates changed, so retry every
+        pod whose last sync failed to translate — now, as a first attempt (no backoff, no
+        retry rate limit)."""
+        loop = self._loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            self._retry_translation_failures()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: we are stopped
+            loop.call_soon_threadsafe(self._retry_translation_failures)
+
+    def _retry_translation_failures(self) -> None:
+        failing = self.translation.changed()
+        retried = 0
+        for key, uid in failing.items():
+            pod = self.reflector.store.get(key)
+            if pod is None or self.state.uid_of(pod) != uid:
+                self.translation.forget(key, uid)
+                continue
+            self.queue.add(key)
+            retried += 1
+        if retried:
+            log.info("templates changed: retrying %d pod(s) that failed to translate", retried)
 
     def kick_reconcile(self) -> None:
         """Ask for an early backend list (coalesced), e.g. right after a delete."""

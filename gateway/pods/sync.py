@@ -17,7 +17,8 @@ no workload yet                                 resolve → ``translator.create`
                                                 (config error: Pending/CreateContainerConfigError;
                                                 backend error: ProviderCreateFailed, retry with
                                                 backoff, then Failed (Never) or Pending/
-                                                ProviderFailed; template error: TranslationFailed)
+                                                ProviderFailed; template error: TranslationFailed,
+                                                retried on a template change: ``translation``)
 workload exists                                 update in place if spec/refs changed (or say it
                                                 needs a re-create); status from the state
 ==============================================  =================================================
@@ -50,6 +51,7 @@ from gateway.pods import status as st
 from gateway.pods.features import ephemeral_containers
 from gateway.pods.queue import WorkQueue
 from gateway.pods.resolve import Resolution, Resolver
+from gateway.pods.translation import TranslationRetries
 from translators.base import (
     BackendError,
     BackendNotFound,
@@ -228,6 +230,7 @@ class PodSync:
         backoff_max: float,
         kick: Callable[[], None],
         lookup: Callable[[str], dict[str, Any] | None],
+        translation: TranslationRetries | None = None,
     ) -> None:
         self.kube = kube
         self.translator = translator
@@ -242,6 +245,10 @@ class PodSync:
         self.backoff_max = backoff_max
         self.kick = kick
         self.lookup = lookup
+        #: Pods that failed to translate: when to retry them, whether to record the Event.
+        self.translation = (
+            translation if translation is not None else TranslationRetries(clock=clock)
+        )
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -389,11 +396,17 @@ class PodSync:
             await self.write_status(pod, desired)
             raise Retry()
         assert res.pod is not None
+        generation = self.translation.generation
         try:
             state = await self.translator.create(res.pod)
         except TranslationError as exc:
             msg = f"template {exc}"
-            await self.event(pod, "Warning", "TranslationFailed", msg)
+            verdict = self.translation.failed(key, uid, msg, started=generation)
+            if verdict.record_event:
+                await self.event(pod, "Warning", "TranslationFailed", msg)
+            log.warning(
+                "pod %s: %s; retry when the templates change (or in %.0fs)", key, msg, verdict.delay
+            )
             await self.write_status(
                 pod,
                 st.pending(
@@ -404,7 +417,7 @@ class PodSync:
                     message=msg,
                 ),
             )
-            raise Retry(delay=self.backoff_max) from None
+            raise Retry(delay=verdict.delay) from None
         except UnsupportedError as exc:
             where = f"{exc.field}: " if exc.field else ""
             await self.event(pod, "Warning", exc.reason, f"{where}{exc}")
@@ -422,6 +435,7 @@ class PodSync:
         except BackendError as exc:
             await self._create_failed(pod, exc, policy)
             return
+        self.translation.succeeded(key)
         self.state.stats["creates"] += 1
         self.state.workloads[uid] = state
         self.state.submitted[uid] = self.clock.monotonic()
