@@ -41,9 +41,11 @@ Mapping decisions (see also batch.md §3):
   compute nodes, so nothing but success/failure is shared between them.
 * **workingDir** → docker ``--workdir`` (``containerSettings.workingDirectory`` only offers
   ``containerImageDefault`` / ``taskWorkingDirectory``, from ``working_directory``).
-* **Registry.**  ``containerSettings.registry`` from ``[backend.batch.registry]`` when the image is
-  on that server.  imagePullSecrets are not resolved by the gateway yet: it would have to hand over
-  (server, username, password) per pod, decoded from the ``.dockerconfigjson`` Secret.
+* **Registry.**  ``containerSettings.registry{registryServer, username, password}`` from the
+  pod's imagePullSecrets (resolved by the gateway: the credential matching the container's image,
+  ``translators.registry``; ``registryServer`` is the image's registry host, ``docker.io`` for
+  Docker Hub), else from ``[backend.batch.registry]`` when the image is on that server.  The
+  password never goes into ``displayName`` (checked) and the service never returns it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from translators.base import (
 from translators.batch.capacity import PoolInfo, vm_size
 from translators.batch.settings import BatchSettings
 from translators.quantity import cpu_millis, parse_quantity
+from translators.registry import credential_for, image_host
 
 MAX_COMMAND_LINE = 32_768
 MAX_DISPLAY_NAME = 1024
@@ -201,6 +204,7 @@ class TaskBuilder:
         secrets += [
             f.content.decode("utf-8", "replace") for v in pod.volumes for f in v.files if f.secret
         ]
+        secrets += [c.password for c in pod.registry_credentials]
 
         inits = list(pod.init_containers)
         init_ids = [init_task_id(base, i) for i in range(len(inits))]
@@ -370,7 +374,14 @@ class TaskBuilder:
             "containerRunOptions": options,
             "workingDirectory": s.working_directory,
         }
-        if s.registry.server and _image_host(c.image) == _registry_host(s.registry.server):
+        cred = credential_for(c.image, pod.registry_credentials)
+        if cred is not None:
+            container["registry"] = {
+                "registryServer": image_host(c.image),
+                "username": cred.username,
+                "password": cred.password,
+            }
+        elif s.registry.server and _image_host(c.image) == _registry_host(s.registry.server):
             container["registry"] = {
                 "registryServer": s.registry.server,
                 "username": s.registry.username,

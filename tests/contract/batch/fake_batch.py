@@ -730,6 +730,19 @@ class FakeBatch:
             raise ApiError(
                 400, "MissingRequiredProperty", "containerSettings.imageName is required."
             )
+        reg = (cs or {}).get("registry")
+        if reg is not None and (
+            not isinstance(reg, dict)
+            or (
+                not reg.get("identityReference")
+                and not (reg.get("username") and reg.get("password"))
+            )
+        ):
+            raise ApiError(
+                400,
+                "InvalidPropertyValue",
+                "containerSettings.registry needs username and password (or identityReference).",
+            )
         if t.get("dependsOn") and not job.get("usesTaskDependencies"):
             raise ApiError(
                 400, "TaskDependenciesNotSpecifiedOnJob", "The job does not use task dependencies."

@@ -50,6 +50,13 @@ CASE_SETTINGS: dict[str, dict[str, Any]] = {
             "password": "golden-password",
         }
     },
+    "pull-secrets": {  # the pod's imagePullSecrets win over the configured registry
+        "registry": {
+            "server": "myregistry.azurecr.io",
+            "username": "puller",
+            "password": "golden-password",
+        }
+    },
 }
 POOL = PoolInfo(
     id="pool-1", vm_size="standard_d4s_v3", slots_per_node=4, container_type="dockerCompatible"
