@@ -159,13 +159,20 @@ class NomadClient:
         query = urllib.parse.urlencode(params)
         return f"{self.config.address}/v1{path}" + (f"?{query}" if query else "")
 
-    async def _with_retries(self, what: str, call: Callable[[], Awaitable[Reply]]) -> Reply:
+    async def _with_retries(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[Reply]],
+        *,
+        policy: RetryPolicy | None = None,
+    ) -> Reply:
+        retry = policy or self.retry
         attempt = 0
         while True:
             try:
                 return await call()
             except BackendError as err:
-                delay = self.retry.delay(attempt, err)
+                delay = retry.delay(attempt, err)
                 if delay is None:
                     raise
                 log.debug("nomad %s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
@@ -224,11 +231,15 @@ class NomadClient:
         namespace: str | None = None,
         region: str | None = None,
         read_timeout: float | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Reply:
-        """One API call with retries; ``path`` is relative to ``/v1``."""
+        """One API call with retries (``retry`` overrides the client's policy, e.g. none for a
+        periodic scrape); ``path`` is relative to ``/v1``."""
         q = self.params(params, namespace=namespace, region=region)
         return await self._with_retries(
-            f"{method} {path}", lambda: self._once(method, path, q, body, read_timeout)
+            f"{method} {path}",
+            lambda: self._once(method, path, q, body, read_timeout),
+            policy=retry,
         )
 
     async def get(self, path: str, **kw: Any) -> Any:

@@ -125,6 +125,8 @@ class NomadConfig:
     """Least seconds between two backstop resyncs (blocking allocation list) of the notifier."""
     purge_timeout: float = 300.0
     """After a delete, purge the stopped job once its allocations ended, or after this long."""
+    stats_concurrency: int = 8
+    """Allocation stats calls in flight at once while serving /stats/summary or /metrics/resource."""
 
     @property
     def all_namespaces(self) -> tuple[str, ...]:
@@ -189,12 +191,14 @@ def _coerce(key: str, value: Any) -> Any:
             if str(value).lower() in {"1", "true", "yes", "on", "0", "false", "no", "off", ""}:
                 return str(value).lower() in {"1", "true", "yes", "on"}
             raise _bad(key, f"expected true or false, got {value!r}")
-        if key in {"priority", "pods", "restart_attempts", "max_connections"}:
+        if key in {"priority", "pods", "restart_attempts", "max_connections", "stats_concurrency"}:
             if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
                 raise _bad(key, f"expected an integer, got {value!r}")
             n = int(value)
             if key == "priority" and not 1 <= n <= 100:
                 raise _bad(key, f"must be in 1..100, got {n}")
+            if key == "stats_concurrency" and n < 1:
+                raise _bad(key, f"must be at least 1, got {n}")
             if key == "max_connections" and not 1 <= n < 100:
                 raise _bad(key, f"must be in 1..99 (Nomad allows 100 per client IP), got {n}")
             if n < 0:

@@ -44,6 +44,7 @@ from translators.base import (
     Features,
     LogOptions,
     NodeInfo,
+    NodeUsage,
     PodRef,
     ResolvedPod,
     TranslatorContext,
@@ -65,6 +66,7 @@ from translators.nomad.jobs import (
     template_for,
 )
 from translators.nomad.logs import LogReader, LogTarget
+from translators.nomad.metrics import Clock, NomadMetrics, SystemClock
 from translators.nomad.status import JobView, placement_from, placement_text, workload_state
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,7 @@ class NomadTranslator:
         sleep: Sleep | None = None,
         environ: Mapping[str, str] | None = None,
         renderer: Any = None,
+        clock: Clock | None = None,
         **settings: Any,
     ) -> None:
         table: dict[str, Any] = dict(ctx.settings) if ctx else {}
@@ -142,6 +145,11 @@ class NomadTranslator:
         self.renderer = renderer
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self.client = NomadClient(self.config, transport=transport, sleep=self._sleep)
+        self.metrics = NomadMetrics(
+            self.client,
+            clock=clock if clock is not None else SystemClock(),
+            concurrency=self.config.stats_concurrency,
+        )
         self._views: dict[Key, JobView] = {}
         self._foreign: set[Key] = set()
         self._node_ips: dict[str, str] = {}
@@ -747,3 +755,14 @@ class NomadTranslator:
         if not stdin:
             await session.close_stdin()
         return session
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    async def usage(self) -> NodeUsage:
+        """MetricsSource: CPU and memory of every running pod from Nomad's allocation stats
+        (``metrics.py``).  The views are kept current by the notifier and the backstop list;
+        before any listing happened (no views yet) one listing fills them."""
+        if not self._views:
+            for region, ns_param in self._scopes():
+                await self._refresh(region, ns_param)
+        return await self.metrics.usage(list(self._views.values()))

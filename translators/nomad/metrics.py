@@ -1,0 +1,289 @@
+"""Nomad allocation stats → ``NodeUsage`` (the ``MetricsSource`` capability of the Nomad backend).
+
+Source: ``GET /v1/client/allocation/<id>/stats`` for the newest *running* allocation of every
+job vkgate owns (the client agent answers; the server forwards).  One call per allocation,
+at most ``stats_concurrency`` at a time, with the client's timeouts and **no retries**: a scrape
+is periodic, so a failing allocation (404 because it just stopped, a 500, a timeout) is left out
+of this scrape and logged at debug level — it never fails the others.
+
+What Nomad reports (``Tasks.<task>.ResourceUsage``), checked against its source (v1.11.3) and a
+real ``nomad agent -dev``:
+
+* ``CpuStats.Percent`` — CPU time over wall time * 100, **per core**: a task that keeps one core
+  busy reports ~100 (measured: a ``while :; do :; done`` raw_exec task read 94 to 99.7 on a 2-core
+  node; docker's formula scales by the core count the same way), several busy cores read > 100.
+  So ``usageNanoCores = Percent / 100 * 1e9``.
+* ``CpuStats.TotalTicks`` is *not* a cumulative counter despite its name: it is
+  ``Percent / 100 * (node MHz / cores)`` — the current rate in MHz.  Nomad has no cumulative CPU
+  time in this API, so ``container_cpu_usage_seconds_total`` is **integrated** here: per task we
+  keep the last sample time and a running core-seconds estimate and add
+  ``Percent / 100 * Δt`` at every scrape.  The first sample of a task seeds the estimate with
+  ``Percent / 100 * (now - StartedAt)`` so that metrics-server's rule for fresh containers
+  (cumulative / (time - start)) yields the measured rate.  A task restart (new ``StartedAt``)
+  starts a new counter; a task that is not running any more drops its state.  The counter is
+  an estimate (Nomad's Percent is an average over its own sampling window), but it never goes
+  backwards.
+* Nomad's process-based stats (raw_exec/exec without cgroup stats) prime their CPU tracker on
+  the first read and refresh at most every 5 s; a task that started with zero CPU time primes
+  twice.  Measured: ``Percent`` stays exactly 0 for ~10 s after ``StartedAt`` even for a task
+  burning a full core.  A 0 within ``PRIMING_SECONDS`` of the task start is therefore "not
+  measured yet" (None), not an idle container; a 0 later is a real idle reading.
+* Memory working set: ``Usage - Cache`` when ``Usage`` is measured (cgroup-based stats: docker,
+  exec, cgroup v1/v2), else ``RSS`` (process-based stats measure only ``RSS`` and ``Swap``).
+  The kubelet's working set is ``usage - inactive_file``; Nomad reports the whole page cache
+  (``cache``/``file``), not only its inactive part, so ``Usage - Cache`` is a slightly lower
+  figure — it is the closest one Nomad offers, and both exclude reclaimable cache, which is what
+  eviction and ``kubectl top`` care about.  ``rssBytes`` = ``RSS``.
+* A field counts as measured only when its name is in the stats' ``Measured`` list (Nomad
+  zero-fills the rest); a zero memory figure for a running task is never real either.  Unknown
+  stays None — never a fake zero (contract §7.2/§7.3).
+
+Node totals stay None: a Nomad client also runs other work, and a virtual node *is* its pods;
+the kubelet server sums the pods when every pod's value is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from translators.base import BackendError, ContainerUsage, NodeUsage, PodRef, PodUsage
+from translators.nomad.client import NomadClient, RetryPolicy
+from translators.nomad.status import JobView, parse_time
+
+log = logging.getLogger(__name__)
+
+#: A Percent of exactly 0 this soon after the task started is Nomad's unprimed tracker.
+PRIMING_SECONDS = 15.0
+#: Stats calls are not retried: the next scrape is the retry.
+NO_RETRY = RetryPolicy(backoff=())
+
+TaskKey = tuple[str, str]  # (allocation id, task name)
+
+
+class Clock(Protocol):
+    """Wall time for ages and sample times, monotonic time for the integration steps
+    (``gateway.clock.FakeClock`` fits; translators never import the gateway)."""
+
+    def monotonic(self) -> float: ...
+
+    def now(self) -> _dt.datetime: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def now(self) -> _dt.datetime:
+        return _dt.datetime.now(_dt.UTC)
+
+
+# --------------------------------------------------------------------------- pure mapping
+
+
+def _measured(stats: Mapping[str, Any], field: str, name: str) -> float | None:
+    """``stats[field]`` when Nomad says it measured it (``Measured`` lists ``name``).  Without a
+    ``Measured`` list (very old agents) a non-zero value is taken as measured."""
+    value = stats.get(field)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    listed = stats.get("Measured")
+    if isinstance(listed, list):
+        return float(value) if name in listed else None
+    return float(value) if value else None
+
+
+def memory_usage(memory: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(working set, RSS) in bytes from a Nomad ``MemoryStats``; None = not measured."""
+    rss = _measured(memory, "RSS", "RSS")
+    rss_bytes = int(rss) if rss else None
+    usage = _measured(memory, "Usage", "Usage")
+    if usage:
+        cache = _measured(memory, "Cache", "Cache") or 0.0
+        return max(0, int(usage - cache)) or None, rss_bytes
+    return rss_bytes, rss_bytes
+
+
+def cpu_percent(cpu: Mapping[str, Any], *, age: float | None) -> float | None:
+    """Nomad's ``Percent`` (100 = one core), None when unmeasured or still priming (a 0 within
+    ``PRIMING_SECONDS`` of the start, or with an unknown start)."""
+    pct = _measured(cpu, "Percent", "Percent")
+    if pct is None or pct < 0:
+        return None
+    if pct == 0 and (age is None or age < PRIMING_SECONDS):
+        return None
+    return pct
+
+
+@dataclass
+class _CpuState:
+    started_at: _dt.datetime | None
+    last: float
+    core_seconds: float
+
+
+class CpuIntegrator:
+    """Cumulative core-seconds per task from successive ``Percent`` samples (see module doc)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._state: dict[TaskKey, _CpuState] = {}
+
+    def sample(
+        self, key: TaskKey, percent: float | None, *, started_at: _dt.datetime | None
+    ) -> float | None:
+        """Add one sample; returns the running estimate, None while it cannot be told.
+
+        An unknown ``percent`` leaves the state alone (the next known sample covers the gap).
+        Without a start time the first sample only sets the base: the sum counts from there.
+        """
+        mono = self.clock.monotonic()
+        state = self._state.get(key)
+        if state is not None and state.started_at != started_at:
+            state = None  # the task restarted: a new container, a new counter
+        if percent is None:
+            return None
+        cores = percent / 100.0
+        if state is None:
+            if started_at is None:
+                self._state[key] = _CpuState(None, mono, 0.0)
+                return None
+            age = max(0.0, (self.clock.now() - started_at).total_seconds())
+            state = self._state[key] = _CpuState(started_at, mono, cores * age)
+            return state.core_seconds
+        state.core_seconds += cores * max(0.0, mono - state.last)
+        state.last = mono
+        return state.core_seconds
+
+    def keep(self, alive: Iterable[TaskKey]) -> None:
+        """Forget tasks that are no longer running (their allocation ended or was replaced)."""
+        wanted = set(alive)
+        for key in [k for k in self._state if k not in wanted]:
+            del self._state[key]
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+
+@dataclass(frozen=True)
+class StatsTarget:
+    """One running allocation to scrape and the pod containers (tasks) it should report."""
+
+    ref: PodRef
+    alloc_id: str
+    namespace: str
+    region: str
+    #: running task name → its StartedAt
+    tasks: Mapping[str, _dt.datetime | None]
+    started_at: _dt.datetime | None
+
+    def task_keys(self) -> list[TaskKey]:
+        return [(self.alloc_id, t) for t in self.tasks]
+
+
+def targets(views: Iterable[JobView]) -> list[StatsTarget]:
+    """The newest running allocation of every job, with its running container tasks."""
+    out: list[StatsTarget] = []
+    for view in views:
+        running = [a for a in view.allocs.values() if a.get("ClientStatus") == "running"]
+        if not running:
+            continue
+        alloc = max(running, key=lambda a: int(a.get("CreateIndex") or 0))
+        names = set(view.containers) | set(view.init_containers)
+        tasks: dict[str, _dt.datetime | None] = {}
+        for name, ts in sorted((alloc.get("TaskStates") or {}).items()):
+            if ts.get("State") == "running" and (not names or name in names):
+                tasks[name] = parse_time(ts.get("StartedAt"))
+        if not tasks:
+            continue
+        out.append(
+            StatsTarget(
+                ref=view.ref,
+                alloc_id=str(alloc["ID"]),
+                namespace=view.namespace,
+                region=view.region,
+                tasks=tasks,
+                started_at=parse_time(alloc.get("CreateTime")),
+            )
+        )
+    return out
+
+
+def pod_usage(target: StatsTarget, stats: Mapping[str, Any], cpu: CpuIntegrator) -> PodUsage:
+    """One allocation's stats reply → ``PodUsage`` (one container per running task)."""
+    tasks: Mapping[str, Any] = stats.get("Tasks") or {}
+    now = cpu.clock.now()
+    containers: list[ContainerUsage] = []
+    for name, started in target.tasks.items():
+        usage = (tasks.get(name) or {}).get("ResourceUsage") or {}
+        age = None if started is None else (now - started).total_seconds()
+        pct = cpu_percent(usage.get("CpuStats") or {}, age=age)
+        working_set, rss = memory_usage(usage.get("MemoryStats") or {})
+        containers.append(
+            ContainerUsage(
+                name=name,
+                cpu_core_seconds=cpu.sample((target.alloc_id, name), pct, started_at=started),
+                cpu_nano_cores=None if pct is None else round(pct / 100.0 * 1e9),
+                memory_working_set_bytes=working_set,
+                memory_rss_bytes=rss,
+                started_at=started,
+            )
+        )
+    return PodUsage(ref=target.ref, containers=tuple(containers), started_at=target.started_at)
+
+
+def node_usage(
+    found: Sequence[StatsTarget], replies: Sequence[Mapping[str, Any] | None], cpu: CpuIntegrator
+) -> NodeUsage:
+    """One scrape: the targets with their stats replies (None = that call failed: the pod is
+    left out, but its CPU state is kept so the counter continues next time) → ``NodeUsage``."""
+    pods = [pod_usage(t, r, cpu) for t, r in zip(found, replies, strict=True) if r is not None]
+    cpu.keep(k for t in found for k in t.task_keys())
+    return NodeUsage(time=cpu.clock.now(), pods=tuple(pods))
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+class NomadMetrics:
+    """Scrapes allocation stats for a set of job views; keeps the CPU integration state."""
+
+    def __init__(self, client: NomadClient, *, clock: Clock, concurrency: int = 8) -> None:
+        self.client = client
+        self.cpu = CpuIntegrator(clock)
+        self.concurrency = max(1, concurrency)
+
+    async def _stats(
+        self, target: StatsTarget, gate: asyncio.Semaphore
+    ) -> Mapping[str, Any] | None:
+        async with gate:
+            try:
+                reply = await self.client.call(
+                    "GET",
+                    f"/client/allocation/{target.alloc_id}/stats",
+                    namespace=target.namespace,
+                    region=target.region,
+                    retry=NO_RETRY,
+                )
+            except BackendError as exc:
+                log.debug(
+                    "nomad stats of allocation %s (pod %s) left out: %s",
+                    target.alloc_id,
+                    target.ref.key,
+                    exc,
+                )
+                return None
+        data = reply.data
+        return data if isinstance(data, Mapping) else None
+
+    async def usage(self, views: Sequence[JobView]) -> NodeUsage:
+        found = targets(views)
+        gate = asyncio.Semaphore(self.concurrency)
+        replies = await asyncio.gather(*(self._stats(t, gate) for t in found))
+        return node_usage(found, replies, self.cpu)
