@@ -56,6 +56,7 @@ FEATURES: dict[str, tuple[Version, str]] = {
     "command_list": ((1, 20), "command as a list (older: one shell-quoted string)"),
     "exposed_ports": ((1, 24), "exposed_ports from containerPort"),
     "quotas": ((1, 26), "capacity from quotas"),
+    "registry": ((1, 31), "private registry logins (imagePullSecrets; /registries is 1.30)"),
     "capsules": ((1, 32), "capsules (multi-container pods)"),
     "capsule_init_containers": ((1, 34), "capsule initContainers"),
     "capsule_ports": ((1, 35), "capsule container ports"),
@@ -462,6 +463,29 @@ class ZunClient:
 
     async def delete_capsule(self, ident: str) -> None:
         await self.request("DELETE", f"/capsules/{ident}", label="/capsules/{id}")
+
+    # -- registries (≥1.30; a container's ``registry`` needs 1.31) -------------------------
+
+    async def find_registries(self, **filters: str) -> list[JSON]:
+        """Registry objects of the project matching ``filters`` (``name``/``domain``/
+        ``username``), one page (vkgate names are unique enough)."""
+        params: dict[str, Any] = {"limit": self.page_size, **filters}
+        body = await self.get_json("/registries", params=params)
+        return [dict(r) for r in body.get("registries") or []]
+
+    async def create_registry(self, registry: JSON) -> JSON:
+        resp = await self.request("POST", "/registries", json={"registry": registry})
+        return dict(resp.json().get("registry") or {})
+
+    async def update_registry(self, ident: str, registry: JSON) -> JSON:
+        resp = await self.request(
+            "PATCH",
+            f"/registries/{ident}",
+            json={"registry": registry},
+            idempotent=True,
+            label="/registries/{id}",
+        )
+        return dict(resp.json().get("registry") or {})
 
     # -- node side -----------------------------------------------------------------------
 

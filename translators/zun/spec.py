@@ -13,6 +13,11 @@ auto-removed Cinder volumes; ConfigMap/Secret/projected/downwardAPI volumes have
 equivalent (``mounts`` carries Cinder volumes only) → ``UnsupportedError(reason=
 "UnsupportedVolume")``.  The ServiceAccount token volume (``kube-api-access-*``) that admission
 adds to every pod is skipped: a Zun workload cannot reach the API server through it anyway.
+
+imagePullSecrets: a standalone container whose image matches one of the pod's credentials
+gets ``registry`` = the uuid of a vkgate-owned Zun registry object holding that login (made by
+``translators.zun.registries``; ``backend_info.registry``).  Offline rendering (no I/O) shows
+the object's deterministic name instead, which Zun accepts as well.  Capsules cannot carry one.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from translators.base import (
     JSON,
     OWNER_KEY,
     OWNER_VALUE,
+    RegistryCredential,
     ResolvedContainer,
     ResolvedPod,
     ResolvedVolume,
@@ -37,8 +43,10 @@ from translators.base import (
     UnsupportedError,
 )
 from translators.quantity import cpu_millis, parse_quantity
+from translators.registry import credential_for, image_host
 from translators.rendering import pod_context
 from translators.zun.config import AUTH_KEYS, ZunConfig
+from translators.zun.registries import registry_name
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +362,18 @@ class SpecBuilder:
                 info["tty"] = info["stdin"] = False
         return info
 
-    def backend_info(self, pod: ResolvedPod, features: Mapping[str, bool]) -> dict[str, Any]:
+    def registry_login(self, pod: ResolvedPod, kind: str) -> tuple[str, RegistryCredential] | None:
+        """(registry host, credential) the pod's standalone container pulls with, or None
+        (no matching pull secret, or a capsule: those take no registry)."""
+        if kind != "container" or not pod.registry_credentials or not pod.containers:
+            return None
+        image = pod.containers[0].image
+        cred = credential_for(image, pod.registry_credentials)
+        return (image_host(image), cred) if cred is not None else None
+
+    def backend_info(
+        self, pod: ResolvedPod, features: Mapping[str, bool], *, registry: str = ""
+    ) -> dict[str, Any]:
         kind = self.kind_for(pod, features)
         sizes = self._volumes(pod, kind, features)
         restart = str((pod.pod.get("spec") or {}).get("restartPolicy") or "Always")
@@ -388,6 +407,7 @@ class SpecBuilder:
                 else {}
             ),
             "microversion": features.get("_version", ""),
+            "registry": registry if kind == "container" and features.get("registry") else "",
             "features": {k: v for k, v in features.items() if not k.startswith("_")},
             "restart_policy": policy,
             "capsule_restart_policy": restart if restart in _RESTART else "Always",
@@ -429,9 +449,9 @@ class SpecBuilder:
         return name
 
     def _prepare(
-        self, pod: ResolvedPod, features: Mapping[str, Any]
+        self, pod: ResolvedPod, features: Mapping[str, Any], registry: str = ""
     ) -> tuple[dict[str, Any], str, dict[str, Any]]:
-        info = self.backend_info(pod, features)
+        info = self.backend_info(pod, features, registry=registry)
         template = self.template_for(pod, info["kind"])
         context = pod_context(pod, backend="zun", settings=self.settings, extra=info)
         if info["kind"] == "capsule":  # sidecars run as ordinary capsule containers: one list
@@ -440,15 +460,21 @@ class SpecBuilder:
         return info, template, context
 
     def render(self, pod: ResolvedPod, features: Mapping[str, Any]) -> ZunSpec:
-        """Synchronous ``build`` (offline rendering: ``vkgate render``, template checks)."""
-        info, template, context = self._prepare(pod, features)
+        """Synchronous ``build`` (offline rendering: ``vkgate render``, template checks); a
+        registry login is shown by the registry object's name (``create`` sends its uuid)."""
+        login = self.registry_login(pod, self.kind_for(pod, features))
+        registry = registry_name(self.name_prefix, login[0], login[1].username) if login else ""
+        info, template, context = self._prepare(pod, features, registry)
         body = self.renderer.render(template, context)
         validate_body(info["kind"], body, template)
         return ZunSpec(kind=info["kind"], name=info["name"], body=body, template=template)
 
-    async def build(self, pod: ResolvedPod, features: Mapping[str, Any]) -> ZunSpec:
-        """The request body for ``pod``; rendering runs off the event loop when it can."""
-        info, template, context = self._prepare(pod, features)
+    async def build(
+        self, pod: ResolvedPod, features: Mapping[str, Any], *, registry: str = ""
+    ) -> ZunSpec:
+        """The request body for ``pod``; rendering runs off the event loop when it can.
+        ``registry``: the uuid of the Zun registry object the container pulls with."""
+        info, template, context = self._prepare(pod, features, registry)
         arender = getattr(self.renderer, "arender", None)
         if arender is not None:
             body = await arender(template, context)

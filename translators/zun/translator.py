@@ -15,6 +15,10 @@ Pieces: ``auth`` (Keystone, in a thread), ``client`` (HTTP, microversions, error
   after grace + ``stop_slack`` (``?force=True`` when allowed, else ``?stop=True``).  A grace of
   0 escalates at once.  Capsules are deleted with one ``DELETE`` (Zun stops them itself).
 * No ``Notifier``: Zun cannot push changes; the gateway's periodic ``list()`` is the loop.
+* **imagePullSecrets** become a vkgate-owned Zun registry object referenced by the container
+  (``registries``); where Zun cannot take one (capsules, a refusing registry API) the create
+  goes on without it and the state carries a Warning event ``ImagePullSecretNotApplied``; below
+  microversion 1.31 one log line says so.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import datetime as _dt
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
@@ -36,6 +40,7 @@ from translators.base import (
     BackendConflict,
     BackendError,
     BackendNotFound,
+    BackendRejected,
     Capacity,
     ExecSession,
     Features,
@@ -53,6 +58,7 @@ from translators.zun.capacity import Usage, capacity_from_quotas, usage_of
 from translators.zun.client import RetryPolicy, ZunClient, feature_flags, format_version
 from translators.zun.config import ZunConfig, load_config
 from translators.zun.exec import run_exec
+from translators.zun.registries import Registries
 from translators.zun.spec import LABEL_UID, SpecBuilder, zun_name
 from translators.zun.status import (
     GONE_STATUSES,
@@ -69,6 +75,7 @@ log = logging.getLogger(__name__)
 
 #: Statuses in which Zun accepts a plain DELETE of a container.
 DELETABLE = frozenset({"Created", "Error", "Stopped", "Deleted", "Dead"})
+PULL_SECRET_EVENT = "ImagePullSecretNotApplied"
 CAPSULE_NO_LOGS = (
     "Zun does not serve logs/exec for containers of a capsule (multi-container pod); only "
     "single-container pods run as standalone Zun containers with logs and exec"
@@ -158,6 +165,10 @@ class ZunTranslator:
         self._reapers: dict[str, asyncio.Task[None]] = {}
         self._own = Usage()
         self._quota_warned = False
+        self.registries = Registries(self.client, prefix=self.cfg.name_prefix)
+        self._registry_warned = False
+        #: pod uid → the pull-secret Warning its states carry (until the pod is deleted)
+        self._pull_warnings: dict[str, tuple[str, str, str, str]] = {}
 
     # -- features ------------------------------------------------------------------------
 
@@ -251,6 +262,11 @@ class ZunTranslator:
         existing = await self._existing(pod.ref, spec.kind, spec.name)
         if existing is not None:
             return existing
+        registry, warning = await self._registry(pod, spec.kind)
+        if warning:
+            self._pull_warnings[pod.uid] = ("Warning", PULL_SECRET_EVENT, warning, "")
+        if registry:
+            spec = await self.specs.build(pod, self._flags(), registry=registry)
         if spec.kind == "container":
             raw = await self.client.create_container(spec.body, run=True)
         else:
@@ -260,6 +276,39 @@ class ZunTranslator:
         if state is None:  # the server dropped our labels: still report what we created
             raise BackendConflict(f"Zun {spec.kind} {raw.get('uuid')} came back without labels")
         return state
+
+    async def _registry(self, pod: ResolvedPod, kind: str) -> tuple[str, str]:
+        """(registry object uuid, warning) for the pod's image pull credentials."""
+        if not pod.registry_credentials:
+            return "", ""
+        if kind != "container":
+            log.info("zun: pod %s is a capsule; its imagePullSecrets are not applied", pod.key)
+            return "", (
+                "imagePullSecrets are not applied: Zun capsules (multi-container pods) take no "
+                "registry login; the images are pulled anonymously"
+            )
+        login = self.specs.registry_login(pod, kind)
+        if login is None:
+            return "", ""
+        if not self.client.supports("registry"):
+            if not self._registry_warned:
+                self._registry_warned = True
+                log.warning(
+                    "zun: imagePullSecrets need microversion 1.31 (the server gives %s); "
+                    "containers are created without registry logins",
+                    format_version(self.client.version),
+                )
+            return "", ""
+        domain, cred = login
+        try:
+            ref = await self.registries.ensure(domain, cred)
+        except (BackendAuthError, BackendNotFound, BackendRejected) as exc:
+            log.warning("zun: cannot create the registry login for %s: %s", domain, exc)
+            return "", (
+                f"imagePullSecrets are not applied: Zun refused the registry login for {domain} "
+                f"({exc}); the image is pulled anonymously"
+            )
+        return ref.uuid, ""
 
     def render_spec(self, pod: ResolvedPod) -> JSON:
         """``Renderable``: the body ``create`` would send (no I/O; the configured microversion
@@ -331,6 +380,9 @@ class ZunTranslator:
             state = capsule_workload(raw, restart_counts=counts, previous=previous)
         if state is None:
             return None
+        warning = self._pull_warnings.get(uid)
+        if warning is not None and warning not in state.events:
+            state = replace(state, events=(*state.events, warning))
         self._states[uid] = state
         self._index[uid] = self._entry(kind, raw, state)
         return state
@@ -422,6 +474,7 @@ class ZunTranslator:
         return None
 
     async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+        self._pull_warnings.pop(ref.uid, None)
         entry = await self._find(ref)
         if entry is None:
             return

@@ -15,6 +15,11 @@ What it enforces, like the real services:
   (406 otherwise, also for a wrong service name); responses carry
   ``OpenStack-API-Minimum/Maximum-Version``; request fields and endpoints newer than the
   requested version are rejected (400 ``Additional properties are not allowed`` / 406).
+* Private registries (≥1.30 ``/registries``: create, list with ``name``/``domain``/``username``
+  filters, show, PATCH, DELETE; the password reads back as ``***``) and the container create key
+  ``registry`` (≥1.31, a registry uuid or name → ``registry_id``).  ``require_login(host, user,
+  password)`` makes images on ``host`` fail to pull (status Error) unless the container
+  references a registry object with exactly that login.
 * Zun's error body ``{"errors": [{"status", "title", "detail", …}]}``; state checks (delete of
   a running container → 409, logs/exec only in the allowed states); pagination with
   ``limit``/``marker`` and a ``next`` URL; capsule containers are invisible to
@@ -73,7 +78,7 @@ CREATE_KEYS: dict[str, tuple[int, int]] = {
     "healthcheck": (1, 22),
     "exposed_ports": (1, 24),
     "disk": (1, 25),
-    "registry": (1, 30),
+    "registry": (1, 31),
     "auto_heal": (1, 31),
     "tty": (1, 36),
     "host": (1, 39),
@@ -263,6 +268,10 @@ class FakeOpenStack:
         self._lock = threading.RLock()
         #: real time (the loopback server for the gateway e2e test) instead of ``advance``
         self.realtime = False
+        #: registry objects by uuid (real password kept; the API shows ``***``)
+        self.registries: dict[str, dict[str, Any]] = {}
+        #: image host → (username, password) a pull from it needs
+        self.logins: dict[str, tuple[str, str]] = {}
 
     # -- clock ---------------------------------------------------------------------------
 
@@ -311,6 +320,15 @@ class FakeOpenStack:
 
     def count(self, method: str, path: str) -> int:
         return sum(1 for m, p, _ in self.requests if m == method and p == path)
+
+    def require_login(self, host: str, username: str, password: str) -> None:
+        """Images on ``host`` pull only with a registry object holding this login."""
+        self.logins[host] = (username, password)
+
+    def registry_of(self, container_uuid: str) -> dict[str, Any] | None:
+        """The registry object (with its real password) a container pulls with."""
+        rid = self.containers[container_uuid].get("registry_id")
+        return next((r for r in self.registries.values() if r["_id"] == rid), None)
 
     def set_versions(self, min_version: str, max_version: str) -> None:
         self.min_version, self.max_version = _v(min_version), _v(max_version)
@@ -701,6 +719,8 @@ class FakeOpenStack:
             if method == "DELETE":
                 self._delete_capsule(cap)
                 return 204, None
+        if head == "registries":
+            return self._registries(request, parts, q, version)
         if head == "quotas" and len(parts) == 2 and method == "GET":
             if version < (1, 26):
                 raise ZunFailure(
@@ -869,6 +889,8 @@ class FakeOpenStack:
             )
         if body["image"] in self.api_missing_images:
             raise ZunFailure(404, f"Image {body['image']} could not be found.")
+        if "registry" in body:
+            self._find_registry(str(body["registry"]))
 
     def _new_container(
         self,
@@ -922,6 +944,9 @@ class FakeOpenStack:
             "mounts": body.get("mounts") or [],
             "exposed_ports": body.get("exposed_ports") or {},
             "availability_zone": body.get("availability_zone"),
+            "registry_id": (
+                self._find_registry(str(body["registry"]))["_id"] if body.get("registry") else None
+            ),
             "user_id": self.user_id,
             "project_id": self.project_id,
             "created_at": zun_time(self.at(now)),
@@ -986,6 +1011,10 @@ class FakeOpenStack:
         when = self.at(t)
         self._touch(c, t)
         if what == "created":
+            denied = self._pull_denied(c)
+            if denied:
+                c.update(status="Error", status_reason=denied, task_state=None, status_detail=None)
+                return
             if p.script.pull_error:
                 c.update(
                     status="Error",
@@ -1371,6 +1400,117 @@ class FakeOpenStack:
         cp["due"] = self.now() + self.delete_seconds
 
     # -- quotas --------------------------------------------------------------------------
+
+    # -- registries ----------------------------------------------------------------------
+
+    def _registries(
+        self,
+        request: httpx.Request,
+        parts: list[str],
+        q: dict[str, list[str]],
+        version: tuple[int, int],
+    ) -> tuple[int, Any]:
+        if version < (1, 30):
+            raise ZunFailure(
+                406,
+                f"Version {_fmt(version)} was requested but the requested API registries is not supported for this version.",
+            )
+        method = request.method
+        if len(parts) == 1 and method == "GET":
+            items = list(self.registries.values())
+            for key in ("name", "domain", "username"):
+                if q.get(key):
+                    items = [r for r in items if r[key] == q[key][0]]
+            unknown = set(q) - {"name", "domain", "username", "limit", "marker", "all_projects"}
+            if unknown:
+                raise ZunFailure(400, f"Unknown parameters: {', '.join(sorted(unknown))}")
+            return 200, self._list("registries", items, q, version, view=self._registry_view)
+        if len(parts) == 1 and method == "POST":
+            body = json.loads(request.content or b"{}")
+            reg = self._registry_body(body, create=True)
+            r = {
+                "_id": next(self._seq),
+                "uuid": str(_uuid.uuid4()),
+                "name": reg.get("name") or "",
+                "domain": reg["domain"],
+                "username": reg.get("username") or "",
+                "password": reg.get("password") or "",
+                "user_id": self.user_id,
+                "project_id": self.project_id,
+            }
+            self.registries[r["uuid"]] = r
+            return 202, {"registry": self._registry_view(r, version)}
+        r = self._find_registry(parts[1])
+        if method == "GET":
+            return 200, {"registry": self._registry_view(r, version)}
+        if method == "PATCH":
+            body = json.loads(request.content or b"{}")
+            r.update(self._registry_body(body, create=False))
+            return 200, {"registry": self._registry_view(r, version)}
+        if method == "DELETE":
+            del self.registries[r["uuid"]]
+            return 204, None
+        raise ZunFailure(404, "The resource could not be found.")
+
+    @staticmethod
+    def _registry_body(body: Any, *, create: bool) -> dict[str, Any]:
+        reg = body.get("registry") if isinstance(body, dict) else None
+        if not isinstance(reg, dict) or set(body) != {"registry"}:
+            raise ZunFailure(
+                400, "Invalid input for field/attribute registry. 'registry' is a required property"
+            )
+        extra = set(reg) - {"name", "domain", "username", "password"}
+        if extra:
+            raise ZunFailure(
+                400,
+                "Invalid input for field/attribute registry. Additional properties are not "
+                f"allowed ('{sorted(extra)[0]}' was unexpected)",
+            )
+        if create and not reg.get("domain"):
+            raise ZunFailure(
+                400, "Invalid input for field/attribute registry. 'domain' is a required property"
+            )
+        name = reg.get("name")
+        if name is not None and (not isinstance(name, str) or not NAME_RE.match(name)):
+            raise ZunFailure(400, f"Invalid input for field/attribute name. Value: {name}.")
+        for key in ("domain", "username", "password"):
+            if key in reg and not isinstance(reg[key], str):
+                raise ZunFailure(400, f"Invalid input for field/attribute {key}.")
+        return dict(reg)
+
+    def _find_registry(self, ident: str) -> dict[str, Any]:
+        hit = [r for r in self.registries.values() if r["uuid"] == ident]
+        if not hit:
+            hit = [r for r in self.registries.values() if r["name"] == ident]
+        if len(hit) > 1:
+            raise ZunFailure(
+                409,
+                "Multiple registries exist with same name. Please use the registry uuid instead.",
+            )
+        if not hit:
+            raise ZunFailure(404, f"Registry {ident} could not be found.")
+        return hit[0]
+
+    def _registry_view(self, r: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
+        out = {k: v for k, v in r.items() if not k.startswith("_")}
+        out["password"] = "***"
+        out["links"] = [{"href": f"{self.base_url}/v1/registries/{r['uuid']}", "rel": "self"}]
+        return out
+
+    def _pull_denied(self, c: dict[str, Any]) -> str:
+        image = str(c["image"])
+        first = image.split("/", 1)[0]
+        host = first if "/" in image and ("." in first or ":" in first) else "docker.io"
+        need = self.logins.get(host)
+        if need is None:
+            return ""
+        reg = self.registry_of(c["uuid"])
+        if reg is not None and (reg["domain"], reg["username"], reg["password"]) == (host, *need):
+            return ""
+        return (
+            f"Docker internal error: 500 Server Error: pull access denied for {image}, "
+            "repository does not exist or may require 'docker login'"
+        )
 
     def _quotas(self, usages: bool) -> dict[str, Any]:
         mine = [c for c in self.containers.values() if c["project_id"] == self.project_id]
