@@ -26,7 +26,8 @@ restartPolicy is honoured: ``Always`` restarts an exiting container (restartCoun
 
 What the workload received is kept for inspection (state file, ``extra.containers``): per
 container the expanded command/args, env in order and volume files by mount path; secret values
-appear as ``<secret:sha256[:12]>``; ``extra.duplicate_creates`` counts ``create`` calls for a
+appear as ``<secret:sha256[:12]>``; ``extra.registry_credentials`` lists the imagePullSecret logins
+the pod got (server, username, source — never the password); ``extra.duplicate_creates`` counts ``create`` calls for a
 UID that already had a workload (idempotent, but a gateway should never need them).  ``status.podIP`` fieldRefs arrive as the placeholder
 ``__VKGATE_POD_IP__`` (``Features.pod_ip_placeholder``) and are replaced by the workload's IP.
 After a delete, containers keep running for ``sim-stop-seconds`` (capped by the grace period),
@@ -252,6 +253,10 @@ class SimulatedTranslator:
             }
             for c in (*pod.init_containers, *pod.containers)
         }
+        rec.extra["registry_credentials"] = [
+            {"server": c.server, "username": c.username, "source": c.auth_source}
+            for c in pod.registry_credentials
+        ]
         self._records[pod.uid] = rec
         self._logs[pod.uid] = [
             f"{c.name}: ".encode()
