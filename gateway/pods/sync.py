@@ -378,6 +378,11 @@ class PodSync:
         key = pod_key(pod)
         uid = self.state.uid_of(pod)
         policy = str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+        spec = spec_hash(pod)
+        wait = None if uid in self.state.refs_changed else self.translation.hold(key, uid, spec)
+        if wait is not None:
+            raise Retry(delay=wait)  # failed to translate; nothing changed that could fix it
+        self.state.refs_changed.discard(uid)
         if not (pod.get("status") or {}).get("startTime"):
             await self.event(
                 pod,
@@ -401,7 +406,7 @@ class PodSync:
             state = await self.translator.create(res.pod)
         except TranslationError as exc:
             msg = f"template {exc}"
-            verdict = self.translation.failed(key, uid, msg, started=generation)
+            verdict = self.translation.failed(key, uid, msg, started=generation, spec=spec)
             if verdict.record_event:
                 await self.event(pod, "Warning", "TranslationFailed", msg)
             log.warning(

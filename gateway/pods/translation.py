@@ -14,6 +14,11 @@ sync failed that way (Pending, reason ``TranslationFailed``) is therefore:
   attempt per pod per minute, and ~6 an hour once capped.  The backstop is for changes no
   subscription sees: a file edited in a ``templates.dirs`` directory, a namespace moved to
   another team, the backend's settings.
+* **held** when woken early for no reason that could change the render (``hold``): a watch
+  event that only touched the status (e.g. the echo of our own status write racing the patch
+  response), a relist after 410, …  Only a change of the pod's labels/annotations/spec, of a
+  ConfigMap/Secret it references (the caller checks that), or of the templates lets it render
+  before its backstop time.
 * **reported with one Warning Event per distinct failure.**  The Event is recorded again (the
   ``EventRecorder`` aggregates it: ``count`` + 1, new ``lastTimestamp``) only when the message
   changes, when the templates changed since it was last recorded (a new version that still fails
@@ -23,8 +28,9 @@ sync failed that way (Pending, reason ``TranslationFailed``) is therefore:
 A render that was in flight while the templates changed is retried at once too (it started
 under a stale ``generation``), so a change can never be lost to that race.
 
-This is the only place the rule lives: ``sync.PodSync`` asks ``failed()`` what to do after a
-``TranslationError``, and ``PodController`` calls ``changed()`` on a template change.
+This is the only place the rule lives: ``sync.PodSync`` asks ``hold()`` before it renders and
+``failed()`` what to do after a ``TranslationError``; ``PodController`` calls ``changed()`` on
+a template change.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ class _Failure:
     attempts: int
     event_at: float
     event_generation: int
+    #: the pod's spec fingerprint and the template generation the failed render used
+    spec: str
+    generation: int
+    #: monotonic time of the backstop retry
+    due: float
 
 
 class TranslationRetries:
@@ -77,9 +88,18 @@ class TranslationRetries:
         self.generation = 0
         self._failing: dict[str, _Failure] = {}
 
-    def failed(self, key: str, uid: str, message: str, *, started: int) -> Verdict:
-        """The sync of ``key`` (pod ``uid``), begun at template generation ``started``, failed
-        to translate with ``message``."""
+    def hold(self, key: str, uid: str, spec: str) -> float | None:
+        """Seconds ``key`` must still wait for its backstop retry, or None to render now:
+        it is not failing, or its spec (``spec``: a fingerprint) or the templates changed."""
+        f = self._failing.get(key)
+        if f is None or f.uid != uid or f.spec != spec or f.generation != self.generation:
+            return None
+        left = f.due - self.clock.monotonic()
+        return left if left > 0 else None
+
+    def failed(self, key: str, uid: str, message: str, *, started: int, spec: str = "") -> Verdict:
+        """The sync of ``key`` (pod ``uid``, spec fingerprint ``spec``), begun at template
+        generation ``started``, failed to translate with ``message``."""
         now = self.clock.monotonic()
         prev = self._failing.get(key)
         if prev is not None and prev.uid != uid:
@@ -95,10 +115,12 @@ class TranslationRetries:
             event_at, event_generation = now, self.generation
         else:
             event_at, event_generation = prev.event_at, prev.event_generation
-        self._failing[key] = _Failure(uid, message, attempts, event_at, event_generation)
-        if started != self.generation:
-            return Verdict(0.0, record)  # the templates changed during this render
-        return Verdict(self.backstop.delay(attempts, self._rng), record)
+        stale = started != self.generation  # the templates changed during this render
+        delay = 0.0 if stale else self.backstop.delay(attempts, self._rng)
+        self._failing[key] = _Failure(
+            uid, message, attempts, event_at, event_generation, spec, started, now + delay
+        )
+        return Verdict(delay, record)
 
     def succeeded(self, key: str) -> None:
         """``key`` translated (or is gone): it is no longer retried on template changes."""

@@ -216,6 +216,33 @@ async def test_only_pods_that_failed_to_translate_are_retried(h: Harness) -> Non
     assert h.sim.calls["create"] == 1
 
 
+async def test_wakeups_that_change_nothing_do_not_render_again(h: Harness) -> None:
+    ctl = await h.start()
+    h.kube.add(pod("web"))
+    await run_for(h.clock, 2)
+    for _ in range(20):  # e.g. status-only watch events, a relist after 410
+        ctl.queue.add("default/web")
+        await run_for(h.clock, 2)
+    assert len(h.translator.times("web")) == 1
+    due = ctl.queue.due_in("default/web")
+    assert due is not None and 10 < due < 30  # still the 60 s (+jitter) backstop
+    events = h.failed_events("web")
+    assert len(events) == 1 and events[0]["count"] == 1
+
+
+async def test_a_pod_change_renders_at_once(h: Harness) -> None:
+    await h.start()
+    h.kube.add(pod("web"))
+    await run_for(h.clock, 2)
+    p = h.kube.pod("web")
+    assert p is not None
+    p["metadata"]["annotations"]["needed"] = "yes"  # kubectl annotate
+    h.kube._bump(p)
+    h.kube._emit("MODIFIED", p)
+    await settle()
+    assert len(h.translator.times("web")) == 2 and h.sim.calls["create"] == 1
+
+
 async def test_same_error_after_a_template_change_is_counted_once_more(h: Harness) -> None:
     await h.start()
     h.kube.add(pod("web"))

@@ -1,0 +1,183 @@
+"""A team template that fails for one pod, then is fixed by a ConfigMap update — live.
+
+Real kube-apiserver + Nomad (the simulated backend renders no templates).  The team's
+ConfigMap template compiles and renders every sample pod (so ``TemplatesSource`` accepts it),
+but line 3 reads an undefined variable for pods labelled ``needs-owner``.  Such a pod stays
+Pending with reason ``TranslationFailed`` and a Warning Event naming ``template:line``; it is
+not retried in a loop; updating the ConfigMap retries it at once and it runs — the gateway is
+not restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SYSTEM_NS = "vkgate-templates-retry"
+#: The first render retry without a template change comes after >= 60 s (gateway.pods.translation).
+BACKSTOP_FIRST = 60.0
+
+#: Line 3 fails (StrictUndefined) for a pod labelled needs-owner; every other pod renders.
+BROKEN = (
+    '{% extends "nomad/raw_exec.j2" %}\n'
+    "{% block meta %}{{ dict(n.meta, team=team) | tojson }}\n"
+    '{%- if meta.labels.get("needs-owner") %}{{ owner_email }}{% endif %}{% endblock %}\n'
+)
+#: The fix: the owner comes from the label and lands in the job's Meta.
+FIXED = (
+    '{% extends "nomad/raw_exec.j2" %}\n'
+    "{% block meta %}{{ dict(n.meta, team=team, "
+    'owner=meta.labels.get("needs-owner", "")) | tojson }}{% endblock %}\n'
+)
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def configmap(team: str, template: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": f"{team}-templates",
+                "namespace": SYSTEM_NS,
+                "labels": {"vkgate.io/templates": "true", "vkgate.io/team": team},
+            },
+            "data": {"nomad__raw_exec.j2": template},
+        }
+    )
+
+
+def pod(namespace: str, name: str, node: str, labels: dict[str, str] | None = None) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 2,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}
+                ],
+            },
+        }
+    )
+
+
+def nomad_job(address: str, uid: str) -> dict[str, Any] | None:
+    with httpx.Client(base_url=address, timeout=10) as c:
+        for stub in c.get("/v1/jobs", params={"namespace": "*", "meta": "true"}).json():
+            if (stub.get("Meta") or {}).get("k8s.uid") == uid:
+                job: dict[str, Any] = c.get(
+                    f"/v1/job/{stub['ID']}", params={"namespace": stub.get("Namespace", "default")}
+                ).json()
+                return job
+    return None
+
+
+def test_template_error_waits_for_the_template_fix(
+    control_plane: Any, kubectl: Any, nomad_agent: Any, start_gateway: Any
+) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    team, ns = f"t{suffix}", f"team-{suffix}"
+    template = f"teams/{team}/nomad/raw_exec.j2"
+    kubectl("create", "namespace", SYSTEM_NS, check=False)
+    kubectl("create", "namespace", ns)
+    kubectl("label", "namespace", ns, f"vkgate.io/team={team}")
+    kubectl("apply", "-f", "-", input=configmap(team, BROKEN))
+
+    gw = start_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+            },
+            "templates": {"configmap_namespace": SYSTEM_NS},
+        }
+    )
+    node = gw.node_name
+    wait_until("the team template loaded", lambda: template in gw.log_text())
+
+    def get(name: str) -> dict[str, Any]:
+        out = kubectl("get", "pod", "-n", ns, name, "-o", "json", check=False)
+        return json.loads(out.stdout) if out.returncode == 0 else {}
+
+    def phase(name: str) -> str:
+        return str(get(name).get("status", {}).get("phase", ""))
+
+    # the template is fine for the team's other pods
+    kubectl("apply", "-f", "-", input=pod(ns, "plain", node))
+    wait_until("plain Running", lambda: phase("plain") == "Running", timeout=90)
+
+    # ... and fails on line 3 for this one: Pending / TranslationFailed, an Event naming it
+    kubectl("apply", "-f", "-", input=pod(ns, "picky", node, {"needs-owner": "alice"}))
+    status = wait_until(
+        "picky TranslationFailed",
+        lambda: (s := get("picky").get("status", {})).get("reason") == "TranslationFailed" and s,
+    )
+    failed_at = time.monotonic()
+    assert status["phase"] == "Pending"
+    assert f"{template}:3" in status["message"] and "owner_email" in status["message"]
+    described = kubectl("describe", "pod", "-n", ns, "picky").stdout
+    assert re.search(rf"Warning\s+TranslationFailed\s+.*{re.escape(template)}:3", described), (
+        described
+    )
+
+    # no hot loop: the failing render is not repeated while the template stays as it is
+    time.sleep(8)
+    log_lines = gw.log_text().count(f"pod {ns}/picky: template")
+    assert log_lines == 1, gw.log_text()[-3000:]
+    events = json.loads(
+        kubectl(
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "involvedObject.name=picky,reason=TranslationFailed",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    assert len(events) == 1 and events[0]["count"] == 1
+    assert events[0]["type"] == "Warning"
+    assert phase("picky") == "Pending"
+
+    # fix the ConfigMap: retried at once (well before the 60 s backstop), then Running
+    kubectl("apply", "-f", "-", input=configmap(team, FIXED))
+    fixed_at = time.monotonic()
+    wait_until("picky Running", lambda: phase("picky") == "Running", timeout=45)
+    took = time.monotonic() - fixed_at
+    assert time.monotonic() - failed_at < BACKSTOP_FIRST - 5, "ran only at the backstop retry"
+    assert "templates changed: retrying 1 pod(s) that failed to translate" in gw.log_text()
+    p = get("picky")
+    assert "reason" not in p["status"] or p["status"]["reason"] != "TranslationFailed"
+    job = wait_until(
+        "picky's Nomad job", lambda: nomad_job(nomad_agent.address, p["metadata"]["uid"])
+    )
+    assert job["Meta"]["owner"] == "alice" and job["Meta"]["team"] == team
+    print(f"template fix -> picky Running: {took:.1f}s")
+
+    kubectl("delete", "pod", "-n", ns, "plain", "picky", "--wait=true", timeout=60)
+    kubectl("delete", "namespace", ns, "--wait=false")
