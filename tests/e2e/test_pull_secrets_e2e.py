@@ -1,0 +1,160 @@
+"""imagePullSecrets end to end on a real kube-apiserver with the simulated backend.
+
+The gateway runs as ``system:node:<name>`` (Node authorizer + NodeRestriction), so reading a
+pull secret only works because the pod on this node references it — no cluster-wide Secret
+access.  The simulated backend's state file shows which registry logins reached the backend
+(server and username; the password must never appear there).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.devstack.agent import GatewayProcess
+
+pytestmark = pytest.mark.e2e
+
+PASSWORD = "e2e-registry-password-7f3a"
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def apply(kubectl: Any, *objs: dict[str, Any]) -> None:
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}),
+    )
+
+
+def pod(name: str, ns: str, node: str, image: str, pull_secrets: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "imagePullSecrets": [{"name": n} for n in pull_secrets],
+            "containers": [{"name": "app", "image": image}],
+        },
+    }
+
+
+def dockerconfigjson(name: str, ns: str, auths: dict[str, Any]) -> dict[str, Any]:
+    payload = json.dumps({"auths": auths}).encode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(payload).decode()},
+    }
+
+
+def workload(gw: GatewayProcess, ns: str, name: str) -> dict[str, Any] | None:
+    path = Path(gw.config_path).parent / "simulated-state.json"
+    if not path.exists():
+        return None
+    for rec in json.loads(path.read_text() or "{}").values():
+        if rec["ref"][:2] == [ns, name]:
+            return dict(rec)
+    return None
+
+
+def running(cp: Any, ns: str, name: str) -> Callable[[], Any]:
+    def check() -> Any:
+        p = cp.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        return p if p and p.get("status", {}).get("phase") == "Running" else None
+
+    return check
+
+
+def warnings(cp: Any, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
+    evs = cp.get(f"/api/v1/namespaces/{ns}/events") or {}
+    return [
+        e
+        for e in evs.get("items", [])
+        if e["involvedObject"]["name"] == name and e["reason"] == reason and e["type"] == "Warning"
+    ]
+
+
+def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
+    start_gateway, control_plane, kubectl
+) -> None:
+    node = f"vk-pull-{uuid.uuid4().hex[:6]}"
+    gw = start_gateway(
+        {"kube": {"kubeconfig": str(control_plane.node_kubeconfig(node))}}, node_name=node
+    )
+    ns = f"pull-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", ns)
+    auth = base64.b64encode(f"gh-bot:{PASSWORD}".encode()).decode()
+    apply(
+        kubectl,
+        dockerconfigjson(
+            "regcred",
+            ns,
+            {
+                "https://ghcr.io": {"auth": auth},
+                "https://index.docker.io/v1/": {"username": "hubuser", "password": PASSWORD},
+            },
+        ),
+        # valid JSON, so the API server accepts it; the "auth" value is not base64
+        dockerconfigjson("broken", ns, {"quay.io": {"auth": "%%% not base64 %%%"}}),
+        pod("private", ns, node, "ghcr.io/example/private-app:1.4", ["regcred"]),
+        pod("orphan", ns, node, "ghcr.io/example/private-app:1.4", ["does-not-exist"]),
+        pod("bad", ns, node, "quay.io/example/tool:2", ["broken"]),
+    )
+
+    # 1. the matching login (only ghcr.io: the Docker Hub one matches no image) reached the backend
+    wait_until("private Running", running(control_plane, ns, "private"))
+    rec = wait_until("private's workload", lambda: workload(gw, ns, "private"))
+    assert rec["extra"]["registry_credentials"] == [
+        {"server": "ghcr.io", "username": "gh-bot", "source": "secret/regcred"}
+    ]
+    state_text = (Path(gw.config_path).parent / "simulated-state.json").read_text()
+    assert PASSWORD not in state_text
+    assert PASSWORD not in gw.log_text()
+
+    # 2. a missing pull secret: the pod still runs, with the kubelet's Warning event
+    wait_until("orphan Running", running(control_plane, ns, "orphan"))
+    orphan = wait_until("orphan's workload", lambda: workload(gw, ns, "orphan"))
+    assert orphan["extra"]["registry_credentials"] == []
+    (event,) = wait_until(
+        "FailedToRetrieveImagePullSecret",
+        lambda: warnings(control_plane, ns, "orphan", "FailedToRetrieveImagePullSecret"),
+    )
+    assert event["message"] == (
+        "Unable to retrieve some image pull secrets (does-not-exist); attempting to pull the "
+        "image may not succeed."
+    )
+
+    # 3. a malformed pull secret: named in a Warning event, the pod still runs
+    wait_until("bad Running", running(control_plane, ns, "bad"))
+    (bad,) = wait_until(
+        "InvalidImagePullSecret",
+        lambda: warnings(control_plane, ns, "bad", "InvalidImagePullSecret"),
+    )
+    assert 'image pull secret "broken" key ".dockerconfigjson"' in bad["message"]
+    assert "quay.io" in bad["message"] and "not base64" in bad["message"]
+
+    log = gw.log_text()
+    assert "Traceback" not in log, log[-3000:]
