@@ -1,0 +1,213 @@
+"""The agents a burst benchmark can put under test, behind one small interface.
+
+``Agent`` is what ``bench.pods_burst`` needs from a kubelet implementation: start it for a
+node name (return once it is ready to receive pods), stop it, tell its pid (for RSS and CPU
+from ``/proc``) and, if it can, report its own API write counters.  Two implementations:
+
+* ``VkgateAgent`` — ``vkgate run`` as a child process (``gateway.devstack.agent``), simulated
+  backend, writes read from its own ``/metrics`` (``vkgate_api_writes_total``);
+* ``IdealKubeletAgent`` — ``bench.ideal_kubelet``, the baseline (one status PATCH and one
+  final DELETE per pod), exposing the same metric.
+
+Adding an agent (the Go virtual-kubelet with its mock provider is next, see
+/work/shared/reference/real-control-plane.md §5) means one more class here with the same four
+members and an entry in ``AGENTS``.  An agent that cannot count its own writes returns None
+from ``api_writes``; the harness still has the API server's view
+(``apiserver_request_total``), which needs no cooperation from the agent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.report import REPO
+from gateway.devstack.agent import GatewayProcess
+from gateway.devstack.controlplane import ControlPlane
+from gateway.devstack.process import Proc, free_port, wait_for
+
+Writes = Counter[tuple[str, str]]
+_WRITE_LINE = re.compile(r'^vkgate_api_writes_total\{verb="([^"]*)",resource="([^"]*)"\} (\S+)$')
+
+
+class Agent(Protocol):
+    """A kubelet implementation under test."""
+
+    #: Short name used in reports ("vkgate", "ideal-kubelet", later "go-vk").
+    name: str
+
+    def start(self, node_name: str) -> None:
+        """Start serving ``node_name``; return once pods bound to it will be picked up."""
+
+    def stop(self) -> None:
+        """Stop the agent and everything it started (idempotent)."""
+
+    @property
+    def pid(self) -> int | None:
+        """The process whose RSS/CPU is reported (None when not running)."""
+
+    def api_writes(self) -> Writes | None:
+        """Cumulative API writes by (verb, resource[/subresource]) as the agent counts them, or
+        None when it cannot tell (the harness then relies on the API server's counters)."""
+
+    def describe(self) -> str:
+        """One line: version and the settings that matter for the numbers."""
+
+    # Optional: ``rate_limit: tuple[float, int]`` (client qps, burst) lets the report show
+    # how much of a phase the agent's own rate limit alone accounts for.
+
+
+def scrape_writes(address: str, *, timeout: float = 10.0) -> Writes:
+    """``vkgate_api_writes_total`` from a plain-HTTP ``/metrics`` at ``host:port``."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as resp:
+        text = resp.read().decode()
+    out: Writes = Counter()
+    for line in text.splitlines():
+        m = _WRITE_LINE.match(line)
+        if m:
+            out[(m.group(1), m.group(2))] += int(float(m.group(3)))
+    return out
+
+
+def _healthz(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+class VkgateAgent:
+    """``vkgate run`` (simulated backend) as a child process."""
+
+    name = "vkgate"
+
+    def __init__(self, cp: ControlPlane, workdir: Path, settings: Mapping[str, Any]) -> None:
+        self.cp = cp
+        self.workdir = workdir
+        self.settings = dict(settings)
+        self.gw: GatewayProcess | None = None
+        kube = self.settings.get("kube", {})
+        self.rate_limit = (float(kube.get("qps", 50.0)), int(kube.get("burst", 100)))
+
+    def start(self, node_name: str) -> None:
+        self.gw = GatewayProcess(
+            self.cp, self.workdir / node_name, self.settings, node_name=node_name
+        )
+        self.gw.start()
+        wait_for(
+            "vkgate /healthz on its metrics address",
+            lambda: _healthz(self.metrics_address),
+            timeout=30,
+            proc=self.gw.proc,
+        )
+
+    @property
+    def metrics_address(self) -> str:
+        assert self.gw is not None
+        return str(self.gw.settings["kubelet"]["metrics_address"])
+
+    def stop(self) -> None:
+        if self.gw is not None:
+            self.gw.stop(timeout=20)
+
+    @property
+    def pid(self) -> int | None:
+        return self.gw.pid if self.gw is not None and self.gw.alive() else None
+
+    def api_writes(self) -> Writes | None:
+        return scrape_writes(self.metrics_address)
+
+    def describe(self) -> str:
+        s = self.settings
+        sim = s.get("backend", {}).get("simulated", {})
+        return (
+            f"vkgate (this commit), simulated backend start_delay={sim.get('start_delay')} s, "
+            f"notify_interval={sim.get('notify_interval')} s, no state file; "
+            f"pods.workers={s.get('pods', {}).get('workers', 10)}, "
+            f"kube.qps={s.get('kube', {}).get('qps', 50.0)}/burst={s.get('kube', {}).get('burst', 100)}, "
+            f"log level {s.get('log', {}).get('level')}"
+        )
+
+    def log_tail(self) -> str:
+        return self.gw.log_text()[-4000:] if self.gw is not None else ""
+
+
+class IdealKubeletAgent:
+    """``bench.ideal_kubelet`` as a child process: the baseline."""
+
+    name = "ideal-kubelet"
+
+    def __init__(
+        self, cp: ControlPlane, workdir: Path, *, qps: float, burst: int, workers: int
+    ) -> None:
+        self.cp = cp
+        self.workdir = workdir
+        self.qps, self.burst, self.workers = qps, burst, workers
+        self.rate_limit = (qps, burst)
+        self.proc: Proc | None = None
+        self.metrics_address = ""
+
+    def start(self, node_name: str) -> None:
+        self.metrics_address = f"127.0.0.1:{free_port()}"
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+        )
+        self.proc = Proc(
+            f"ideal-kubelet[{node_name}]",
+            [
+                sys.executable,
+                "-m",
+                "bench.ideal_kubelet",
+                "--kubeconfig",
+                str(self.cp.kubeconfig),
+                "--node",
+                node_name,
+                "--metrics-address",
+                self.metrics_address,
+                "--workers",
+                str(self.workers),
+                "--qps",
+                str(self.qps),
+                "--burst",
+                str(self.burst),
+            ],
+            log_file=self.workdir / f"{node_name}.log",
+            env=env,
+            cwd=REPO,
+        )
+        wait_for(
+            "ideal kubelet /healthz",
+            lambda: _healthz(self.metrics_address),
+            timeout=60,
+            proc=self.proc,
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(timeout=10)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.alive() else None
+
+    def api_writes(self) -> Writes | None:
+        return scrape_writes(self.metrics_address)
+
+    def describe(self) -> str:
+        return (
+            f"bench.ideal_kubelet: one status PATCH + one final DELETE per pod, "
+            f"{self.workers} workers, kube.qps={self.qps}/burst={self.burst} (same client as vkgate)"
+        )
+
+    def log_tail(self) -> str:
+        return self.proc.log_tail(4000) if self.proc is not None else ""
+
+
+AgentFactory = Callable[[], Agent]

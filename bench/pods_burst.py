@@ -1,0 +1,728 @@
+"""A burst of pods on a real API server: vkgate against an ideal kubelet, same run, same server.
+
+Run: ``python -m bench.pods_burst [--pods 200] [--rounds 1] [--write-docs]``.
+
+One etcd + kube-apiserver (``gateway.devstack.controlplane``, loopback only) serves every agent
+in turn.  For each agent (``bench.agents``): start it for a fresh node name, let it settle,
+then the harness
+
+1. opens a watch on a fresh namespace, creates N pods bound to the node (``spec.nodeName``,
+   ``--concurrency`` creates in flight) and waits until every pod is Running;
+2. deletes them all (default grace period) and waits until the watch has seen every DELETED.
+
+Per pod, *create→Running* runs from the watch's ADDED event to the first event with
+``status.phase=Running``, and *delete→gone* from the first event carrying a
+``deletionTimestamp`` to DELETED — both observed by the same watch on the same clock.  (The
+pod's ``creationTimestamp`` and condition times have one-second resolution, too coarse for
+sub-second latencies, so they are not used.)  Wall times run from the first request sent to
+the last event seen.
+
+Also recorded: the agent's API writes (its own ``vkgate_api_writes_total`` counters, and the
+API server's ``apiserver_request_total`` minus the harness's own writes as a cross-check), the
+agent's RSS (``VmRSS`` idle, after the burst, ``VmHWM`` peak) and CPU seconds
+(``utime+stime``), and the CPU the API server and etcd spent on each agent's burst.
+
+The baseline is ``bench.ideal_kubelet`` with the same client and rate limit: every vkgate
+number is reported as a ratio to it.  ``--rounds`` repeats both agents, alternating their
+order, and reports medians.  Every wait is bounded (``--timeout`` per phase); everything runs
+on 127.0.0.1 and every process is stopped at the end, also on errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import procstat, report
+from bench.agents import Agent, IdealKubeletAgent, VkgateAgent, Writes
+from gateway.devstack import build
+from gateway.devstack.controlplane import ControlPlane, launch_control_plane
+from gateway.kube.client import KubeClient
+from gateway.kube.errors import ApiError, Gone, NotFound
+
+MAX_PODS = 1000
+#: Resources whose writes are charged to the pods (the rest — nodes, leases — is background).
+POD_RESOURCES = ("pods", "pods/status", "events")
+_APISERVER_LINE = "apiserver_request_total{"
+_WRITE_VERBS = {
+    "POST": "create",
+    "PUT": "update",
+    "PATCH": "patch",
+    "APPLY": "patch",
+    "DELETE": "delete",
+}
+
+
+# --------------------------------------------------------------------------- per-run data
+
+
+@dataclass
+class PodTimes:
+    created: float | None = None  # harness: create response received
+    added: float | None = None  # watch: ADDED
+    running: float | None = None  # watch: first phase=Running
+    delete_seen: float | None = None  # watch: first deletionTimestamp
+    deleted: float | None = None  # watch: DELETED
+    phase: str = ""
+
+
+@dataclass
+class RunResult:
+    agent: str
+    round: int
+    pods: int
+    running_wall: float = float("nan")
+    gone_wall: float = float("nan")
+    to_running: list[float] = field(default_factory=list)
+    to_gone: list[float] = field(default_factory=list)
+    not_running: int = 0
+    not_gone: int = 0
+    agent_writes: Writes | None = None
+    #: the agent's own writes from the first create to all Running (the rest: delete phase)
+    writes_create: Writes | None = None
+    #: the agent's client rate limit (qps, burst) when it has one
+    rate_limit: tuple[float, int] | None = None
+    server_writes: Writes = field(default_factory=Counter)
+    #: pod/event writes the API server answered with 4xx/5xx (404/409: a redundant write)
+    server_refused: Writes = field(default_factory=Counter)
+    rss_idle: int | None = None
+    rss_running: int | None = None
+    rss_after: int | None = None
+    rss_peak: int | None = None
+    cpu_create: float | None = None
+    cpu_delete: float | None = None
+    apiserver_cpu: float | None = None
+    etcd_cpu: float | None = None
+    description: str = ""
+    error: str = ""
+
+    def floor(self, phase: str) -> float | None:
+        """Seconds the agent's own rate limit alone needs for the writes of ``phase``
+        ("create" or "delete"): (writes - burst) / qps, as if the bucket started full."""
+        if self.rate_limit is None or self.agent_writes is None or self.writes_create is None:
+            return None
+        qps, burst = self.rate_limit
+        create = sum(self.writes_create.values())
+        n = create if phase == "create" else sum(self.agent_writes.values()) - create
+        return max(0.0, n - burst) / qps if qps > 0 else None
+
+    def pod_writes(self, counts: Writes | None) -> float | None:
+        if counts is None or not self.pods:
+            return None
+        return sum(n for (_, res), n in counts.items() if res in POD_RESOURCES) / self.pods
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pod_manifest(name: str, ns: str, node: str, run_id: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"bench-run": run_id}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "app", "image": "nginx:1.27"}],
+        },
+    }
+
+
+def apiserver_requests(cp: ControlPlane) -> Counter[tuple[str, str, str]]:
+    """Write requests the API server has answered, by (verb, resource[/sub], status code)."""
+    req = urllib.request.Request(cp.url + "/metrics", headers={"Accept": "text/plain"})
+    with urllib.request.urlopen(req, context=cp.ssl_context(), timeout=30) as resp:
+        return parse_apiserver_requests(resp.read().decode())
+
+
+def parse_apiserver_requests(text: str) -> Counter[tuple[str, str, str]]:
+    """``apiserver_request_total`` write verbs from a Prometheus text exposition."""
+    out: Counter[tuple[str, str, str]] = Counter()
+    for line in text.splitlines():
+        if not line.startswith(_APISERVER_LINE):
+            continue
+        labels_part, _, value = line.rpartition("} ")
+        pairs = (kv.split("=", 1) for kv in labels_part[len(_APISERVER_LINE) :].split(","))
+        labels = {k: v.strip('"') for k, v in pairs}
+        verb = _WRITE_VERBS.get(labels.get("verb", ""))
+        if verb is None:
+            continue
+        res = labels.get("resource", "")
+        if labels.get("subresource"):
+            res += "/" + labels["subresource"]
+        out[(verb, res, labels.get("code", ""))] += int(float(value))
+    return out
+
+
+def by_resource(requests: Counter[tuple[str, str, str]], *, refused: bool = False) -> Writes:
+    """Sum over status codes (``refused``: only 4xx/5xx answers)."""
+    out: Writes = Counter()
+    for (verb, res, code), n in requests.items():
+        if not refused or code[:1] in ("4", "5"):
+            out[(verb, res)] += n
+    return +out
+
+
+def diff(after: Writes | None, before: Writes | None) -> Writes | None:
+    if after is None:
+        return None
+    out: Writes = Counter()
+    for k, v in after.items():
+        d = v - (before or Counter()).get(k, 0)
+        if d:
+            out[k] = d
+    return out
+
+
+def cpu_delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
+class Tracker:
+    """Watches the benchmark namespace and timestamps every pod's transitions."""
+
+    def __init__(self, client: KubeClient, ns: str, n: int) -> None:
+        self.client = client
+        self.ns = ns
+        self.n = n
+        self.pods: dict[str, PodTimes] = {}
+        self.all_running = asyncio.Event()
+        self.all_gone = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.relists = 0
+
+    def _times(self, name: str) -> PodTimes:
+        return self.pods.setdefault(name, PodTimes())
+
+    def _observe(self, kind: str, obj: dict[str, Any], now: float) -> None:
+        name = obj["metadata"]["name"]
+        t = self._times(name)
+        if kind == "ADDED" and t.added is None:
+            t.added = now
+        t.phase = (obj.get("status") or {}).get("phase", "")
+        if t.phase == "Running" and t.running is None:
+            t.running = now
+        if obj["metadata"].get("deletionTimestamp") and t.delete_seen is None:
+            t.delete_seen = now
+        if kind == "DELETED" and t.deleted is None:
+            t.deleted = now
+        self._check()
+
+    def _check(self) -> None:
+        if len(self.pods) >= self.n:
+            if sum(t.running is not None for t in self.pods.values()) >= self.n:
+                self.all_running.set()
+            if sum(t.deleted is not None for t in self.pods.values()) >= self.n:
+                self.all_gone.set()
+
+    async def run(self) -> None:
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+        while True:
+            listing = await self.client.list(path)
+            now = time.monotonic()
+            listed = {p["metadata"]["name"] for p in listing["items"]}
+            if self.ready.is_set():  # a relist after 410: time what we missed as "now"
+                self.relists += 1
+                for name, t in self.pods.items():
+                    if name not in listed and t.deleted is None:
+                        t.deleted = now
+            for p in listing["items"]:
+                self._observe("ADDED", p, now)
+            rv = listing["metadata"]["resourceVersion"]
+            self.ready.set()
+            try:
+                while True:
+                    params = {
+                        "resourceVersion": rv,
+                        "allowWatchBookmarks": True,
+                        "timeoutSeconds": 600,
+                    }
+                    async for ev in self.client.watch(path, params=params):
+                        now = time.monotonic()
+                        obj = ev["object"]
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                            self._observe(ev["type"], obj, now)
+            except Gone:
+                continue
+
+
+async def bounded(n: int, concurrency: int, fn: Callable[[int], Any]) -> list[BaseException]:
+    """Run ``fn(0..n-1)`` with at most ``concurrency`` in flight; return the errors."""
+    sem = asyncio.Semaphore(concurrency)
+    errors: list[BaseException] = []
+
+    async def one(i: int) -> None:
+        async with sem:
+            try:
+                await fn(i)
+            except ApiError as exc:
+                errors.append(exc)
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return errors
+
+
+# --------------------------------------------------------------------------- one agent, one burst
+
+
+async def run_burst(
+    cp: ControlPlane,
+    client: KubeClient,
+    agent: Agent,
+    *,
+    n: int,
+    round_no: int,
+    concurrency: int,
+    phase_timeout: float,
+    settle: float,
+) -> RunResult:
+    run_id = uuid.uuid4().hex[:6]
+    node = f"bench-{agent.name}-{run_id}"
+    ns = f"bench-{run_id}"
+    res = RunResult(agent.name, round_no, n)
+    await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    agent.start(node)  # from the main thread: children die with it (PR_SET_PDEATHSIG)
+    res.description = agent.describe()
+    res.rate_limit = getattr(agent, "rate_limit", None)
+    try:
+        await asyncio.sleep(settle)
+        idle = procstat.sample(agent.pid)
+        res.rss_idle = idle.rss_bytes
+        api_before = await asyncio.to_thread(apiserver_requests, cp)
+        agent_before = await asyncio.to_thread(agent.api_writes)
+        harness_before = Counter(client.stats)
+        srv0, etcd0 = procstat.cpu_seconds(cp.apiserver.pid), procstat.cpu_seconds(cp.etcd.pid)
+
+        tracker = Tracker(client, ns, n)
+        watch = asyncio.create_task(tracker.run())
+        try:
+            await asyncio.wait_for(tracker.ready.wait(), 30)
+            names = [f"p{i:04d}" for i in range(n)]
+
+            async def create(i: int) -> None:
+                await client.create(
+                    f"/api/v1/namespaces/{ns}/pods", pod_manifest(names[i], ns, node, run_id)
+                )
+                tracker._times(names[i]).created = time.monotonic()
+
+            t0 = time.monotonic()
+            errors = await bounded(n, concurrency, create)
+            if errors:
+                raise RuntimeError(f"{len(errors)} creates failed, first: {errors[0]}")
+            try:
+                await asyncio.wait_for(tracker.all_running.wait(), phase_timeout)
+            except TimeoutError:
+                res.error = f"not all Running after {phase_timeout:.0f}s"
+            t_running = max((t.running for t in tracker.pods.values() if t.running), default=t0)
+            res.running_wall = t_running - t0
+            res.not_running = sum(t.running is None for t in tracker.pods.values())
+            res.to_running = [
+                t.running - (t.added or t.created or t0)
+                for t in tracker.pods.values()
+                if t.running is not None
+            ]
+            mid = procstat.sample(agent.pid)
+            res.writes_create = diff(await asyncio.to_thread(agent.api_writes), agent_before)
+            res.rss_running = mid.rss_bytes
+            res.cpu_create = cpu_delta(mid.cpu_seconds, idle.cpu_seconds)
+
+            async def delete(i: int) -> None:
+                with contextlib.suppress(NotFound):
+                    await client.delete(f"/api/v1/namespaces/{ns}/pods/{names[i]}")
+
+            t1 = time.monotonic()
+            errors = await bounded(n, concurrency, delete)
+            if errors:
+                raise RuntimeError(f"{len(errors)} deletes failed, first: {errors[0]}")
+            try:
+                await asyncio.wait_for(tracker.all_gone.wait(), phase_timeout)
+            except TimeoutError:
+                res.error = (
+                    res.error + "; " if res.error else ""
+                ) + f"not all gone after {phase_timeout:.0f}s"
+            t_gone = max((t.deleted for t in tracker.pods.values() if t.deleted), default=t1)
+            res.gone_wall = t_gone - t1
+            res.not_gone = sum(t.deleted is None for t in tracker.pods.values())
+            res.to_gone = [
+                t.deleted - (t.delete_seen or t1)
+                for t in tracker.pods.values()
+                if t.deleted is not None
+            ]
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
+        end = procstat.sample(agent.pid)
+        res.rss_after, res.rss_peak = end.rss_bytes, end.hwm_bytes
+        res.cpu_delete = cpu_delta(end.cpu_seconds, mid.cpu_seconds)
+        res.apiserver_cpu = cpu_delta(procstat.cpu_seconds(cp.apiserver.pid), srv0)
+        res.etcd_cpu = cpu_delta(procstat.cpu_seconds(cp.etcd.pid), etcd0)
+        res.agent_writes = diff(await asyncio.to_thread(agent.api_writes), agent_before)
+        requests = await asyncio.to_thread(apiserver_requests, cp)
+        requests.subtract(api_before)
+        server = by_resource(+requests)
+        res.server_refused = Counter(
+            {k: v for k, v in by_resource(+requests, refused=True).items() if k[1] in POD_RESOURCES}
+        )
+        harness = diff(Counter(client.stats), harness_before) or Counter()
+        # the API server saw the harness's own creates/deletes too: charge only the agent
+        res.server_writes = Counter(
+            {k: v - harness.get(k, 0) for k, v in server.items() if v - harness.get(k, 0) > 0}
+        )
+    finally:
+        agent.stop()
+    return res
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _med(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and v == v]
+    return statistics.median(vals) if vals else None
+
+
+def _fmt(v: float | None, unit: str = "s", digits: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:,.{digits}f}{unit}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:,.2f}x"
+
+
+def summarize(results: Sequence[RunResult], agent: str) -> dict[str, float | None]:
+    rs = [r for r in results if r.agent == agent]
+
+    def pct(attr: str, q: float) -> float | None:
+        return _med([report.percentile(getattr(r, attr), q) for r in rs])
+
+    return {
+        "running_wall": _med([r.running_wall for r in rs]),
+        "run_p50": pct("to_running", 50),
+        "run_p90": pct("to_running", 90),
+        "run_p99": pct("to_running", 99),
+        "gone_wall": _med([r.gone_wall for r in rs]),
+        "floor_create": _med([r.floor("create") for r in rs]),
+        "floor_delete": _med([r.floor("delete") for r in rs]),
+        "gone_p50": pct("to_gone", 50),
+        "gone_p90": pct("to_gone", 90),
+        "gone_p99": pct("to_gone", 99),
+        "writes_agent": _med([r.pod_writes(r.agent_writes) for r in rs]),
+        "writes_server": _med([r.pod_writes(r.server_writes) for r in rs]),
+        "cpu_total": _med(
+            [
+                (r.cpu_create or 0) + (r.cpu_delete or 0) if r.cpu_create is not None else None
+                for r in rs
+            ]
+        ),
+        "cpu_per_pod_ms": _med(
+            [
+                ((r.cpu_create or 0) + (r.cpu_delete or 0)) / r.pods * 1000
+                if r.cpu_create is not None
+                else None
+                for r in rs
+            ]
+        ),
+        "rss_idle": _med([r.rss_idle for r in rs]),
+        "rss_running": _med([r.rss_running for r in rs]),
+        "rss_peak": _med([r.rss_peak for r in rs]),
+        "apiserver_cpu": _med([r.apiserver_cpu for r in rs]),
+        "etcd_cpu": _med([r.etcd_cpu for r in rs]),
+    }
+
+
+def _writes_breakdown(counts: Writes | None, pods: int) -> str:
+    if not counts:
+        return "n/a"
+    parts = [
+        f"{verb} {res} {n / pods:.2f}"
+        for (verb, res), n in sorted(counts.items())
+        if res in POD_RESOURCES
+    ]
+    bg = sum(n for (_, res), n in counts.items() if res not in POD_RESOURCES)
+    return "; ".join(parts) + (f" (+ {bg} node/lease/other writes in total)" if bg else "")
+
+
+def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine: list[str]) -> str:
+    agents = list(dict.fromkeys(r.agent for r in results))
+    base = "ideal-kubelet"
+    others = [a for a in agents if a != base] if base in agents else []
+    sums = {a: summarize(results, a) for a in agents}
+    desc = {r.agent: r.description for r in results}
+    out = [
+        f"## Pod burst on a real API server (`{args.command}`)",
+        "",
+    ]
+    out += machine
+    out += ["", "Agents (each on its own fresh node and namespace, same API server):", ""]
+    out += [f"- **{a}**: {desc.get(a, '')}" for a in agents]
+    rows: list[list[str]] = []
+
+    def row(label: str, key: str, fmt: Callable[[float | None], str], better: str = "") -> None:
+        cells = [label] + [fmt(sums[a][key]) for a in agents]
+        cells += [_ratio(sums[a][key], sums[base][key]) for a in others]
+        rows.append(cells)
+
+    s = lambda v: _fmt(v, " s")  # noqa: E731
+    row(f"create→all {args.pods} Running (wall)", "running_wall", s)
+    row("  of which the client rate limit alone needs", "floor_create", s)
+    row("create→Running p50 per pod", "run_p50", s)
+    row("create→Running p90 per pod", "run_p90", s)
+    row("create→Running p99 per pod", "run_p99", s)
+    row("delete→all gone (wall)", "gone_wall", s)
+    row("  of which the client rate limit alone needs", "floor_delete", s)
+    row("delete→gone p50 per pod", "gone_p50", s)
+    row("delete→gone p90 per pod", "gone_p90", s)
+    row("delete→gone p99 per pod", "gone_p99", s)
+    row("API writes per pod (agent's own counters)", "writes_agent", lambda v: _fmt(v, "", 2))
+    row("API writes per pod (API server's counters)", "writes_server", lambda v: _fmt(v, "", 2))
+    row("agent CPU for the burst", "cpu_total", s)
+    row("agent CPU per pod", "cpu_per_pod_ms", lambda v: _fmt(v, " ms", 1))
+    row("agent RSS idle (MiB)", "rss_idle", lambda v: procstat.mib(None if v is None else int(v)))
+    row(
+        f"agent RSS with {args.pods} pods Running (MiB)",
+        "rss_running",
+        lambda v: procstat.mib(None if v is None else int(v)),
+    )
+    row(
+        "agent RSS peak, VmHWM (MiB)",
+        "rss_peak",
+        lambda v: procstat.mib(None if v is None else int(v)),
+    )
+    row("kube-apiserver CPU during the burst", "apiserver_cpu", s)
+    row("etcd CPU during the burst", "etcd_cpu", s)
+    header = ["", *agents, *[f"{a} / {base}" for a in others]]
+    med = " (median of the rounds)" if args.rounds > 1 else ""
+    out += ["", f"### Results{med}", "", report.table(header, rows), ""]
+    out += ["Writes per pod by verb and resource (agent's own counters, median round):", ""]
+    for a in agents:
+        rs = [r for r in results if r.agent == a]
+        pick = sorted(rs, key=lambda r: r.pod_writes(r.agent_writes) or 0)[len(rs) // 2]
+        refused = ", ".join(f"{v} {r} x{n}" for (v, r), n in sorted(pick.server_refused.items()))
+        out.append(
+            f"- {a}: {_writes_breakdown(pick.agent_writes, pick.pods)}"
+            + (f"; refused by the API server (4xx): {refused}" if refused else "")
+        )
+    problems = [r for r in results if r.error or r.not_running or r.not_gone]
+    if problems:
+        out += ["", "Problems seen:", ""]
+        out += [
+            f"- round {r.round} {r.agent}: {r.error or ''} (not Running: {r.not_running}, not gone: {r.not_gone})"
+            for r in problems
+        ]
+    if args.rounds > 1:
+        out += ["", "<details><summary>Every round</summary>", ""]
+        out.append(
+            report.table(
+                [
+                    "round",
+                    "agent",
+                    "all Running",
+                    "p50",
+                    "p99",
+                    "all gone",
+                    "writes/pod",
+                    "agent CPU",
+                    "RSS peak MiB",
+                ],
+                [
+                    [
+                        r.round,
+                        r.agent,
+                        _fmt(r.running_wall, " s"),
+                        _fmt(report.percentile(r.to_running, 50), " s"),
+                        _fmt(report.percentile(r.to_running, 99), " s"),
+                        _fmt(r.gone_wall, " s"),
+                        _fmt(r.pod_writes(r.agent_writes), "", 2),
+                        _fmt((r.cpu_create or 0) + (r.cpu_delete or 0), " s"),
+                        procstat.mib(r.rss_peak),
+                    ]
+                    for r in results
+                ],
+            )
+        )
+        out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- main
+
+
+def vkgate_settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "log": {"level": "info"},
+        "backend": {
+            "kind": "simulated",
+            "simulated": {
+                "start_delay": args.start_delay,
+                "notify_interval": args.notify_interval,
+                "state_file": "",
+                "pods": max(500, args.pods + 10),
+            },
+        },
+    }
+    for item in args.set:
+        key, _, raw = item.partition("=")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        *parents, leaf = key.split(".")
+        node = settings
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return settings
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.pods_burst", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--pods", type=int, default=200, help=f"pods per burst (1..{MAX_PODS})")
+    p.add_argument("--rounds", type=int, default=1, help="repeat both agents, alternating (1..5)")
+    p.add_argument(
+        "--agents", default="ideal-kubelet,vkgate", help="comma-separated, first runs first"
+    )
+    p.add_argument("--concurrency", type=int, default=50, help="creates/deletes in flight (1..200)")
+    p.add_argument("--start-delay", type=float, default=0.05, help="simulated Pending→Running (s)")
+    p.add_argument("--notify-interval", type=float, default=0.1, help="simulated change poll (s)")
+    p.add_argument("--settle", type=float, default=3.0, help="idle seconds after the agent starts")
+    p.add_argument("--timeout", type=float, default=300.0, help="bound of each wait (s, ≤ 1800)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="vkgate setting, e.g. kube.qps=100 (JSON value); kube.qps/burst and "
+        "pods.workers apply to the ideal kubelet too",
+    )
+    p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument(
+        "--section",
+        default="pods_burst",
+        help="docs section to (re)write, so several configurations can stand side by side",
+    )
+    p.add_argument("--doc", type=Path, default=report.DOC, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.command = " ".join(
+        ["python -m bench.pods_burst", f"--pods {args.pods}", f"--rounds {args.rounds}"]
+        + [f"--set {item}" for item in args.set]
+    )
+    if not re.fullmatch(r"[a-z0-9_-]+", args.section):
+        p.error("--section: lowercase letters, digits, - and _")
+    if not 1 <= args.pods <= MAX_PODS:
+        p.error(f"--pods must be 1..{MAX_PODS}")
+    if not 1 <= args.rounds <= 5 or not 1 <= args.concurrency <= 200:
+        p.error("--rounds 1..5, --concurrency 1..200")
+    if not 0 < args.timeout <= 1800:
+        p.error("--timeout must be in (0, 1800]")
+    args.agent_names = [a.strip() for a in args.agents.split(",") if a.strip()]
+    unknown = set(args.agent_names) - {"vkgate", "ideal-kubelet"}
+    if unknown or not args.agent_names:
+        p.error(f"unknown agents {sorted(unknown)}; known: vkgate, ideal-kubelet")
+    return args
+
+
+async def run_all(cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> list[RunResult]:
+    settings = vkgate_settings(args)
+    kube = settings.get("kube", {})
+    qps, burst = float(kube.get("qps", 50.0)), int(kube.get("burst", 100))
+    workers = int(settings.get("pods", {}).get("workers", 10))
+
+    def make(name: str) -> Agent:
+        if name == "vkgate":
+            return VkgateAgent(cp, workdir, settings)
+        return IdealKubeletAgent(cp, workdir, qps=qps, burst=burst, workers=workers)
+
+    results: list[RunResult] = []
+    # The harness must never be the bottleneck: no client-side rate limit worth the name.
+    async with KubeClient.from_kubeconfig(cp.kubeconfig, qps=10_000, burst=10_000) as client:
+        warm = min(20, args.pods)
+        print(f"warm-up: {warm} pods with the ideal kubelet (not reported)", file=sys.stderr)
+        await run_burst(
+            cp,
+            client,
+            make("ideal-kubelet"),
+            n=warm,
+            round_no=0,
+            concurrency=args.concurrency,
+            phase_timeout=min(60.0, args.timeout),
+            settle=0.5,
+        )
+        for rnd in range(1, args.rounds + 1):
+            order = args.agent_names if rnd % 2 else list(reversed(args.agent_names))
+            for name in order:
+                print(f"round {rnd}: {name}, {args.pods} pods ...", file=sys.stderr)
+                r = await run_burst(
+                    cp,
+                    client,
+                    make(name),
+                    n=args.pods,
+                    round_no=rnd,
+                    concurrency=args.concurrency,
+                    phase_timeout=args.timeout,
+                    settle=args.settle,
+                )
+                print(
+                    f"  all Running {r.running_wall:.2f}s, all gone {r.gone_wall:.2f}s, "
+                    f"writes/pod {r.pod_writes(r.agent_writes)}; {r.error or 'ok'}",
+                    file=sys.stderr,
+                )
+                results.append(r)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    load_before = report.loadavg()
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="vkgate-bench-"))
+    cp = launch_control_plane()
+    try:
+        results = asyncio.run(run_all(cp, args, workdir))
+    finally:
+        cp.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    machine = report.machine_lines(
+        load_before=load_before,
+        load_after=report.loadavg(),
+        extra=[
+            f"binaries: kube-apiserver {report.binary_version(build.binary_path('kube-apiserver'))}, "
+            f"etcd {report.binary_version(build.binary_path('etcd'))} (both on 127.0.0.1, "
+            "etcd with --unsafe-no-fsync); harness, agents and servers share the same CPUs",
+            f"burst: {args.pods} pods, {args.concurrency} creates/deletes in flight, "
+            f"{args.rounds} round(s) after a {min(20, args.pods)}-pod warm-up; "
+            f"the whole run took {time.monotonic() - started:.0f} s",
+        ],
+    )
+    text = markdown(results, args=args, machine=machine)
+    sys.stdout.write(text)
+    if args.write_docs:
+        path = report.write_section(args.section, text, doc=args.doc)
+        print(f"\nwrote {path}", file=sys.stderr)
+    return 0 if all(not r.error for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""The benchmarks must not rot: they import, the render benchmark runs on a tiny count and
+reports every packaged template and golden status case, the docs writer keeps other sections,
+and the burst harness's pure parts (argument bounds, API server metric parsing, report) work.
+
+No servers and no timing assertions here: speed lives in ``bench/`` (run by hand), not in tests.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    # bench/ is not an installed package; appended, so gateway/translators still come from
+    # wherever the test run installed them
+    sys.path.append(str(REPO))
+
+from bench import pods_burst, render, report  # noqa: E402
+
+
+def test_render_bench_covers_every_template_and_status_case(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(
+        report.DOC_HEADER
+        + "\n<!-- bench:pods_burst:start -->\nkept\n<!-- bench:pods_burst:end -->\n"
+    )
+    assert render.main(["--number", "1", "--repeat", "1", "--write-docs", "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    for template in (
+        "nomad/job.j2",
+        "nomad/raw_exec.j2",
+        "zun/container.j2",
+        "zun/capsule.j2",
+        "batch/task.j2",
+    ):
+        assert f"| `{template}` |" in text
+    for case in sorted(p.stem for p in render.STATUS_CASES.glob("*.json")):
+        assert f"| {case} |" in text
+    assert "kept" in text, "writing one section must keep the others"
+    assert text.count("<!-- bench:render:start -->") == 1
+    # a second run replaces its section instead of appending another
+    render.main(["--number", "1", "--repeat", "1", "--write-docs", "--doc", str(doc)])
+    assert doc.read_text().count("<!-- bench:render:start -->") == 1
+
+
+def test_render_rows_have_a_baseline_ratio() -> None:
+    rows = render.bench_templates(number=1, repeat=1, budget=1, templates=["nomad/job.j2"])
+    assert {r.sample for r in rows} >= {"plain", "multi-container"}
+    assert all(r.ratio is not None and r.ratio > 0 for r in rows if r.spec_s is not None)
+
+
+def test_burst_arguments_are_bounded() -> None:
+    with pytest.raises(SystemExit):
+        pods_burst.parse_args(["--pods", str(pods_burst.MAX_PODS + 1)])
+    with pytest.raises(SystemExit):
+        pods_burst.parse_args(["--agents", "kubelet-from-mars"])
+    args = pods_burst.parse_args(
+        ["--pods", "5", "--set", "kube.qps=120", "--set", "pods.workers=4"]
+    )
+    settings = pods_burst.vkgate_settings(args)
+    assert settings["kube"]["qps"] == 120 and settings["pods"]["workers"] == 4
+    assert settings["backend"]["simulated"]["state_file"] == ""
+
+
+def test_burst_report_shows_ratios_to_the_baseline() -> None:
+    args = pods_burst.parse_args(["--pods", "2"])
+
+    def result(agent: str, scale: float) -> pods_burst.RunResult:
+        r = pods_burst.RunResult(agent, 1, 2, running_wall=1.0 * scale, gone_wall=0.5 * scale)
+        r.to_running = [0.1 * scale, 0.2 * scale]
+        r.to_gone = [0.1 * scale, 0.1 * scale]
+        writes = 2 if agent == "ideal-kubelet" else 4
+        r.agent_writes = Counter({("patch", "pods/status"): writes, ("update", "leases"): 3})
+        return r
+
+    text = pods_burst.markdown(
+        [result("ideal-kubelet", 1), result("vkgate", 3)], args=args, machine=["- machine"]
+    )
+    assert "| create→all 2 Running (wall) | 1.00 s | 3.00 s | 3.00x |" in text
+    # node/lease writes are background, not charged to the pods
+    assert "| API writes per pod (agent's own counters) | 1.00 | 2.00 | 2.00x |" in text
+
+
+def test_apiserver_write_counter_parsing() -> None:
+    metrics = "\n".join(
+        [
+            "# TYPE apiserver_request_total counter",
+            'apiserver_request_total{code="201",component="apiserver",dry_run="",group="",'
+            'resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 7',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",'
+            'resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 5',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",'
+            'resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 9',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",'
+            'resource="pods",scope="resource",subresource="",verb="DELETE",version="v1"} 2',
+            'apiserver_request_total{code="404",component="apiserver",dry_run="",group="",'
+            'resource="pods",scope="resource",subresource="",verb="DELETE",version="v1"} 1',
+        ]
+    )
+    requests = pods_burst.parse_apiserver_requests(metrics)
+    assert pods_burst.by_resource(requests) == Counter(
+        {("create", "pods"): 7, ("patch", "pods/status"): 5, ("delete", "pods"): 3}
+    )
+    assert pods_burst.by_resource(requests, refused=True) == Counter({("delete", "pods"): 1})
