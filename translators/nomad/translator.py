@@ -1,18 +1,20 @@
 """``NomadTranslator``: one Kubernetes virtual node backed by a Nomad cluster.
 
 One pod is one Nomad job (see ``jobs.py``); its state is the job plus its allocations (see
-``status.py``).  The translator keeps one in-memory view per owned job, fed from three
-sources that all merge *monotonically* (an allocation or job is only replaced by one with an
-equal or newer ``ModifyIndex``, so a slow list can never roll back what the event stream
-already reported):
+``status.py``).  The translator keeps one in-memory view per owned job (``views.JobBook``),
+fed from three sources that all merge *monotonically* (an allocation or job is only replaced
+by one with an equal or newer ``ModifyIndex``, so a slow list can never roll back what the
+event stream already reported):
 
 * ``create`` — the job it just registered;
 * ``list()`` — the backstop: one job list (``meta=true``, filtered to vkgate's owner marker
   and this node) and ONE allocation list for all pods (``task_states=true``), per watched
   namespace/region;
-* ``changes()`` — the push path: ``/v1/event/stream`` (Job, Allocation, Evaluation topics),
-  resynced with a list after every reconnect, plus a blocking query on ``/v1/allocations``
-  that catches whatever the stream skipped.
+* ``changes()`` — the push path (``notifier.ChangeFeed``): ``/v1/event/stream`` (Job,
+  Allocation, Evaluation topics), resynced with a list after every reconnect, plus a blocking
+  query on ``/v1/allocations`` that catches whatever the stream skipped.
+
+``usage()`` (MetricsSource) reads allocation stats for the same views (``metrics.py``).
 
 Delete stops the job (``DELETE /v1/job/:id``): Nomad sends SIGTERM and kills after the task's
 ``KillTimeout`` (from ``terminationGracePeriodSeconds``).  Nomad has no per-request grace, so
@@ -53,7 +55,6 @@ from translators.base import (
 from translators.nomad import capacity as cap
 from translators.nomad.client import NomadClient, Sleep
 from translators.nomad.config import NomadConfig
-from translators.nomad.events import EventStream
 from translators.nomad.exec import NomadExecSession
 from translators.nomad.jobs import (
     META_NODE,
@@ -67,13 +68,14 @@ from translators.nomad.jobs import (
 )
 from translators.nomad.logs import LogReader, LogTarget
 from translators.nomad.metrics import Clock, NomadMetrics, SystemClock
-from translators.nomad.status import JobView, placement_from, placement_text, workload_state
+from translators.nomad.notifier import ChangeFeed
+from translators.nomad.status import JobView, placement_from, workload_state
+from translators.nomad.views import JobBook, Key, merge_alloc, view_key
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 TERMINAL = frozenset({"complete", "failed", "lost"})
-Key = tuple[str, str, str]  # (region, namespace, job id)
 
 
 def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[str]:
@@ -150,8 +152,7 @@ class NomadTranslator:
             clock=clock if clock is not None else SystemClock(),
             concurrency=self.config.stats_concurrency,
         )
-        self._views: dict[Key, JobView] = {}
-        self._foreign: set[Key] = set()
+        self.book = JobBook(self.node_name)
         self._node_ips: dict[str, str] = {}
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
@@ -208,38 +209,6 @@ class NomadTranslator:
 
     # -- views --------------------------------------------------------------------------------
 
-    def _key(self, view: JobView) -> Key:
-        return (view.region, view.namespace, view.job_id)
-
-    def _merge_alloc(self, view: JobView, alloc: Mapping[str, Any]) -> bool:
-        aid = str(alloc.get("ID", ""))
-        old = view.allocs.get(aid)
-        if old is not None and int(old.get("ModifyIndex") or 0) > int(
-            alloc.get("ModifyIndex") or 0
-        ):
-            return False
-        merged = dict(old or {})
-        merged.update(alloc)
-        view.allocs[aid] = merged
-        return True
-
-    def _merge_job(self, job: Mapping[str, Any], *, region: str) -> JobView | None:
-        """Upsert the view of an owned job; None (and remembered) for anyone else's job."""
-        ns = str(job.get("Namespace") or "default")
-        key = (region, ns, str(job["ID"]))
-        if not is_owned(job.get("Meta"), self.node_name):
-            if len(self._foreign) > 10_000:
-                self._foreign.clear()
-            self._foreign.add(key)
-            return None
-        view = self._views.get(key)
-        if view is None:
-            view = JobView.from_job(job, region=region)
-            self._views[key] = view
-        elif int(job.get("ModifyIndex") or 0) >= view.modify_index:
-            view.update_job(job)
-        return view
-
     def _state(self, view: JobView) -> WorkloadState:
         return workload_state(view, node_ips=self._node_ips)
 
@@ -295,32 +264,19 @@ class NomadTranslator:
             namespace=ns_param,
             region=region,
         )
-        return self._apply_listing(
+        return self.book.apply_listing(
             region, ns_param, jobs_reply.data or [], allocs_reply.data or [], jobs_reply.index
         ), allocs_reply.index
 
-    def _apply_listing(
-        self, region: str, ns_param: str, jobs: Sequence[JSON], allocs: Sequence[JSON], index: int
-    ) -> list[JobView]:
-        seen: dict[Key, JobView] = {}
-        for job in jobs:
-            view = self._merge_job(job, region=region)
-            if view is not None:
-                seen[self._key(view)] = view
-        by_job: dict[tuple[str, str], list[JSON]] = {}
-        for a in allocs:
-            by_job.setdefault(
-                (str(a.get("Namespace") or "default"), str(a.get("JobID"))), []
-            ).append(a)
-        for key, view in seen.items():
-            for a in by_job.get((key[1], key[2]), []):
-                self._merge_alloc(view, a)
-        # forget purged jobs of this scope, but not ones registered after the listing
-        for key, view in list(self._views.items()):
-            in_scope = key[0] == region and (ns_param == "*" or key[1] == ns_param)
-            if in_scope and key not in seen and view.modify_index <= index:
-                del self._views[key]
-        return list(seen.values())
+    async def _resync(self, region: str, ns_param: str) -> tuple[list[JobView], int]:
+        """The backstop list of one scope plus node IPs and placement reasons: fresh views."""
+        views, index = await self._refresh(region, ns_param)
+        await self._fill_node_ips(views)
+        for v in views:
+            if not v.allocs and not v.stop and not v.placement:
+                with contextlib.suppress(BackendError):
+                    await self._placement(v)
+        return views, index
 
     async def list(self) -> Sequence[WorkloadState]:
         views: list[JobView] = []
@@ -372,7 +328,7 @@ class NomadTranslator:
                 raise BackendConflict(
                     f"nomad job {jid!r} exists and belongs to another pod or owner"
                 )
-            view = self._merge_job(existing, region=region)
+            view = self.book.merge_job(existing, region=region)
             assert view is not None
             return self._state(view)
         reply = await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
@@ -384,8 +340,8 @@ class NomadTranslator:
             "ModifyIndex": data.get("JobModifyIndex", 0),
         }
         key = (region, ns, jid)
-        self._views.pop(key, None)
-        view = self._merge_job(job_stub, region=region)
+        self.book.views.pop(key, None)
+        view = self.book.merge_job(job_stub, region=region)
         assert view is not None
         state = self._state(view)
         warnings = str(data.get("Warnings") or "").strip()
@@ -415,7 +371,7 @@ class NomadTranslator:
 
     async def _locate(self, ref: PodRef) -> JobView | None:
         """The owned job of a pod: from the views, else by its computed ID in each scope."""
-        for view in self._views.values():
+        for view in self.book.views.values():
             if view.ref.uid == ref.uid:
                 return view
         jid = job_id(ref.namespace, ref.name, ref.uid, prefix=self.config.job_prefix)
@@ -426,13 +382,13 @@ class NomadTranslator:
                     continue
                 if (job.get("Meta") or {}).get(META_UID) != ref.uid:
                     continue
-                found = self._merge_job(job, region=region)
+                found = self.book.merge_job(job, region=region)
                 if found is not None:
                     allocs = await self.client.get(
                         f"/job/{jid}/allocations", namespace=ns, region=region
                     )
                     for a in allocs or []:
-                        self._merge_alloc(found, a)
+                        merge_alloc(found, a)
                     return found
         return None
 
@@ -440,16 +396,16 @@ class NomadTranslator:
         view = await self._locate(ref)
         if view is None:
             return
-        key = self._key(view)
+        key = view_key(view)
         try:
             allocs = await self.client.get(
                 f"/job/{view.job_id}/allocations", namespace=view.namespace, region=view.region
             )
         except BackendNotFound:
-            self._views.pop(key, None)
+            self.book.views.pop(key, None)
             return
         for a in allocs or []:
-            self._merge_alloc(view, a)
+            merge_alloc(view, a)
         if all(a.get("ClientStatus") in TERMINAL for a in allocs or []) and (
             view.stop or not allocs
         ):
@@ -461,7 +417,7 @@ class NomadTranslator:
                     "DELETE", f"/job/{view.job_id}", namespace=view.namespace, region=view.region
                 )
             except BackendNotFound:
-                self._views.pop(key, None)
+                self.book.views.pop(key, None)
                 return
             view.stop = True
         if key not in self._purges or self._purges[key].done():
@@ -493,7 +449,7 @@ class NomadTranslator:
                 namespace=view.namespace,
                 region=view.region,
             )
-        self._views.pop(self._key(view), None)
+        self.book.views.pop(view_key(view), None)
 
     async def _purge_when_stopped(self, view: JobView, *, grace: float) -> None:
         """Wait (blocking queries) until every allocation ended, then purge the job.
@@ -527,150 +483,41 @@ class NomadTranslator:
                     await self._kill(view, allocs)
             await self._purge(view)
         except BackendNotFound:
-            self._views.pop(self._key(view), None)
+            self.book.views.pop(view_key(view), None)
         except BackendError as exc:
             log.warning("nomad: purge of job %s failed: %s", view.job_id, exc)
 
     # -- notifier ---------------------------------------------------------------------------
 
-    async def changes(self) -> AsyncIterator[WorkloadState]:
-        queue: asyncio.Queue[WorkloadState] = asyncio.Queue()
-        last: dict[str, WorkloadState] = {}
+    def changes(self) -> AsyncIterator[WorkloadState]:
+        """Notifier: event stream + blocking-list backstop per scope (``notifier.py``)."""
+        return ChangeFeed(
+            self.client,
+            self.config,
+            scopes=self._scopes(),
+            resync=self._resync,
+            apply_events=self._apply_events,
+            state=self._state,
+            sleep=self._sleep,
+            closed=self._closed,
+        ).changes()
 
-        def emit(views: Sequence[JobView]) -> None:
-            for view in views:
-                state = self._state(view)
-                if last.get(view.ref.uid) != state:
-                    last[view.ref.uid] = state
-                    queue.put_nowait(state)
-
-        async def resync(region: str, ns_param: str) -> int:
-            views, index = await self._refresh(region, ns_param)
-            await self._fill_node_ips(views)
-            for v in views:
-                if not v.allocs and not v.stop and not v.placement:
-                    with contextlib.suppress(BackendError):
-                        await self._placement(v)
-            emit(views)
-            return index
-
-        async def stream(region: str, ns_param: str, start_index: int) -> None:
-            events = EventStream(
-                self.client,
-                namespace=ns_param,
-                region=region,
-                index=start_index,
-                idle_timeout=self.config.stream_idle_timeout,
-                backoff=self.config.retry_backoff,
-                sleep=self._sleep,
-            )
-            async for batch in events:
-                try:
-                    if batch is None:
-                        await resync(region, ns_param)
-                        continue
-                    emit(await self._apply_events(batch, region=region))
-                except BackendError as exc:
-                    log.info("nomad: handling events failed: %s", exc)
-
-        async def backstop(region: str, ns_param: str, index: int) -> None:
-            while True:
-                try:
-                    reply = await self.client.blocking_get(
-                        "/allocations",
-                        index=index,
-                        wait=self.config.blocking_wait,
-                        params={"task_states": False},
-                        namespace=ns_param,
-                        region=region,
-                    )
-                    index = reply.index if reply.index >= index else 0
-                    await resync(region, ns_param)
-                    await self._sleep(self.config.backstop_interval)
-                except BackendError as exc:
-                    log.info("nomad backstop list failed: %s", exc)
-                    await self._sleep(
-                        self.config.retry_backoff[-1] if self.config.retry_backoff else 1.0
-                    )
-
-        async def scope(region: str, ns_param: str) -> None:
-            """Initial list, then stream + backstop; restarted (with backoff) on any failure,
-            so a bug or an unexpected answer never silently ends the notifier."""
-            steps = self.config.retry_backoff or (1.0,)
-            failures = 0
-            while True:
-                try:
-                    index = await resync(region, ns_param)
-                    failures = 0
-                    await asyncio.gather(
-                        stream(region, ns_param, index), backstop(region, ns_param, index)
-                    )
-                except asyncio.CancelledError:
-                    raise
-                except BackendError as exc:
-                    log.info("nomad notifier (%s/%s): %s", region or "-", ns_param, exc)
-                except Exception:
-                    log.exception("nomad notifier (%s/%s) failed; restarting", region, ns_param)
-                await self._sleep(steps[min(failures, len(steps) - 1)])
-                failures += 1
-
-        tasks = [asyncio.create_task(scope(r, n)) for r, n in self._scopes()]
-        try:
-            while not self._closed.is_set():
-                yield await queue.get()
-        finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
-
-    async def _apply_events(self, events: Sequence[JSON], *, region: str) -> Sequence[JobView]:
-        touched: dict[Key, JobView] = {}
-        for ev in events:
-            topic = ev.get("Topic")
-            payload = ev.get("Payload") or {}
-            if topic == "Job" and payload.get("Job"):
-                job = payload["Job"]
-                key = (region, str(job.get("Namespace") or "default"), str(job.get("ID")))
-                if payload.get("Deleted"):
-                    self._views.pop(key, None)
-                    touched.pop(key, None)
-                    continue
-                view = self._merge_job(job, region=region)
-                if view is not None:
-                    touched[key] = view
-            elif topic == "Allocation" and payload.get("Allocation"):
-                alloc = payload["Allocation"]
-                view = await self._view_for(
-                    str(alloc.get("JobID")), str(alloc.get("Namespace") or "default"), region
-                )
-                if view is not None and self._merge_alloc(view, alloc):
-                    view.placement = ""
-                    touched[self._key(view)] = view
-            elif topic == "Evaluation" and payload.get("Evaluation"):
-                ev_obj = payload["Evaluation"]
-                key = (region, str(ev_obj.get("Namespace") or "default"), str(ev_obj.get("JobID")))
-                view = self._views.get(key)
-                if view is not None:
-                    text = placement_text(ev_obj)
-                    if text and not view.allocs:
-                        view.placement = text
-                        touched[key] = view
-        await self._fill_node_ips(list(touched.values()))
-        return list(touched.values())
+    async def _apply_events(self, events: Sequence[JSON], region: str) -> Sequence[JobView]:
+        touched = await self.book.apply_events(events, region=region, view_for=self._view_for)
+        await self._fill_node_ips(touched)
+        return touched
 
     async def _view_for(self, jid: str, ns: str, region: str) -> JobView | None:
         key = (region, ns, jid)
-        if key in self._foreign or not jid.startswith(self.config.job_prefix):
+        if key in self.book.foreign or not jid.startswith(self.config.job_prefix):
             return None
-        view = self._views.get(key)
+        view = self.book.views.get(key)
         if view is not None:
             return view
         job = await self._get_job(jid, namespace=ns, region=region)
         if job is None:
             return None
-        return self._merge_job(job, region=region)
+        return self.book.merge_job(job, region=region)
 
     # -- logs / exec ------------------------------------------------------------------------
 
@@ -684,7 +531,7 @@ class NomadTranslator:
             f"/job/{view.job_id}/allocations", namespace=view.namespace, region=view.region
         )
         for a in allocs or []:
-            self._merge_alloc(view, a)
+            merge_alloc(view, a)
         alloc = view.newest()
         if alloc is None:
             raise BackendRejected(
@@ -762,7 +609,7 @@ class NomadTranslator:
         """MetricsSource: CPU and memory of every running pod from Nomad's allocation stats
         (``metrics.py``).  The views are kept current by the notifier and the backstop list;
         before any listing happened (no views yet) one listing fills them."""
-        if not self._views:
+        if not self.book.views:
             for region, ns_param in self._scopes():
                 await self._refresh(region, ns_param)
-        return await self.metrics.usage(list(self._views.values()))
+        return await self.metrics.usage(list(self.book.views.values()))

@@ -1,0 +1,145 @@
+"""``ChangeFeed``: the Nomad translator's push path (``Notifier.changes()``).
+
+Per watched (region, namespace) scope: an initial list, then two loops side by side —
+``/v1/event/stream`` (Job, Allocation, Evaluation topics; ``events.EventStream`` owns the
+connection and asks for a resync after every reconnect) and a blocking query on
+``/v1/allocations`` that resyncs whenever Nomad's index moves, catching whatever the stream
+skipped (its buffer can drop events).  A scope that fails for any reason restarts with backoff,
+so a bug or an unexpected answer never silently ends the notifier.  Every changed view becomes a
+``WorkloadState``; identical states are not yielded twice.
+
+The feed knows the translator only through the callables it is built with (list a scope,
+apply events, map a view), so the bookkeeping stays in ``views.JobBook`` and the I/O in the
+translator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from translators.base import BackendError, WorkloadState
+from translators.nomad.client import NomadClient, Sleep
+from translators.nomad.config import NomadConfig
+from translators.nomad.events import EventStream
+from translators.nomad.status import JobView
+
+log = logging.getLogger(__name__)
+
+#: List one scope and bring its views up to date: (region, namespace param) → (views, index).
+Resync = Callable[[str, str], Awaitable[tuple[list[JobView], int]]]
+#: Apply a batch of events of one region: (events, region) → changed views.
+ApplyEvents = Callable[[Sequence[dict[str, Any]], str], Awaitable[Sequence[JobView]]]
+
+
+class ChangeFeed:
+    def __init__(
+        self,
+        client: NomadClient,
+        config: NomadConfig,
+        *,
+        scopes: Sequence[tuple[str, str]],
+        resync: Resync,
+        apply_events: ApplyEvents,
+        state: Callable[[JobView], WorkloadState],
+        sleep: Sleep,
+        closed: asyncio.Event,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.scopes = list(scopes)
+        self._resync = resync
+        self._apply_events = apply_events
+        self._state = state
+        self._sleep = sleep
+        self._closed = closed
+
+    async def changes(self) -> AsyncIterator[WorkloadState]:
+        queue: asyncio.Queue[WorkloadState] = asyncio.Queue()
+        last: dict[str, WorkloadState] = {}
+
+        def emit(views: Sequence[JobView]) -> None:
+            for view in views:
+                state = self._state(view)
+                if last.get(view.ref.uid) != state:
+                    last[view.ref.uid] = state
+                    queue.put_nowait(state)
+
+        async def resync(region: str, ns_param: str) -> int:
+            views, index = await self._resync(region, ns_param)
+            emit(views)
+            return index
+
+        async def stream(region: str, ns_param: str, start_index: int) -> None:
+            events = EventStream(
+                self.client,
+                namespace=ns_param,
+                region=region,
+                index=start_index,
+                idle_timeout=self.config.stream_idle_timeout,
+                backoff=self.config.retry_backoff,
+                sleep=self._sleep,
+            )
+            async for batch in events:
+                try:
+                    if batch is None:
+                        await resync(region, ns_param)
+                        continue
+                    emit(await self._apply_events(batch, region))
+                except BackendError as exc:
+                    log.info("nomad: handling events failed: %s", exc)
+
+        async def backstop(region: str, ns_param: str, index: int) -> None:
+            while True:
+                try:
+                    reply = await self.client.blocking_get(
+                        "/allocations",
+                        index=index,
+                        wait=self.config.blocking_wait,
+                        params={"task_states": False},
+                        namespace=ns_param,
+                        region=region,
+                    )
+                    index = reply.index if reply.index >= index else 0
+                    await resync(region, ns_param)
+                    await self._sleep(self.config.backstop_interval)
+                except BackendError as exc:
+                    log.info("nomad backstop list failed: %s", exc)
+                    await self._sleep(
+                        self.config.retry_backoff[-1] if self.config.retry_backoff else 1.0
+                    )
+
+        async def scope(region: str, ns_param: str) -> None:
+            """Initial list, then stream + backstop; restarted (with backoff) on any failure,
+            so a bug or an unexpected answer never silently ends the notifier."""
+            steps = self.config.retry_backoff or (1.0,)
+            failures = 0
+            while True:
+                try:
+                    index = await resync(region, ns_param)
+                    failures = 0
+                    await asyncio.gather(
+                        stream(region, ns_param, index), backstop(region, ns_param, index)
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except BackendError as exc:
+                    log.info("nomad notifier (%s/%s): %s", region or "-", ns_param, exc)
+                except Exception:
+                    log.exception("nomad notifier (%s/%s) failed; restarting", region, ns_param)
+                await self._sleep(steps[min(failures, len(steps) - 1)])
+                failures += 1
+
+        tasks = [asyncio.create_task(scope(r, n)) for r, n in self.scopes]
+        try:
+            while not self._closed.is_set():
+                yield await queue.get()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t

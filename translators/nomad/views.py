@@ -1,0 +1,127 @@
+"""``JobBook``: the translator's in-memory view of the Nomad jobs it owns.
+
+One ``JobView`` per owned job (key: region, namespace, job ID), fed from three sources — the
+job ``create`` just registered, the backstop list, the event stream — that all merge
+*monotonically*: an allocation or job is only replaced by one with an equal or newer
+``ModifyIndex``, so a slow list can never roll back what the event stream already reported.
+Jobs of other owners are remembered as *foreign* so the event path does not fetch them again.
+
+Pure bookkeeping, no I/O: the one place that needs Nomad (fetching the job of an allocation
+event whose job is unknown) is a callback the caller passes in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from translators.nomad.jobs import is_owned
+from translators.nomad.status import JobView, placement_text
+
+JSON = dict[str, Any]
+Key = tuple[str, str, str]  # (region, namespace, job id)
+#: Fetches (and merges) the view of a job an event mentions: (job id, namespace, region).
+ViewFor = Callable[[str, str, str], Awaitable[JobView | None]]
+
+
+def view_key(view: JobView) -> Key:
+    return (view.region, view.namespace, view.job_id)
+
+
+def merge_alloc(view: JobView, alloc: Mapping[str, Any]) -> bool:
+    """Merge an allocation (stub or full) into the view; False when ours is newer."""
+    aid = str(alloc.get("ID", ""))
+    old = view.allocs.get(aid)
+    if old is not None and int(old.get("ModifyIndex") or 0) > int(alloc.get("ModifyIndex") or 0):
+        return False
+    merged = dict(old or {})
+    merged.update(alloc)
+    view.allocs[aid] = merged
+    return True
+
+
+class JobBook:
+    """The views of one node's jobs plus the set of foreign job keys seen."""
+
+    def __init__(self, node_name: str) -> None:
+        self.node_name = node_name
+        self.views: dict[Key, JobView] = {}
+        self.foreign: set[Key] = set()
+
+    def merge_job(self, job: Mapping[str, Any], *, region: str) -> JobView | None:
+        """Upsert the view of an owned job; None (and remembered) for anyone else's job."""
+        ns = str(job.get("Namespace") or "default")
+        key = (region, ns, str(job["ID"]))
+        if not is_owned(job.get("Meta"), self.node_name):
+            if len(self.foreign) > 10_000:
+                self.foreign.clear()
+            self.foreign.add(key)
+            return None
+        view = self.views.get(key)
+        if view is None:
+            view = JobView.from_job(job, region=region)
+            self.views[key] = view
+        elif int(job.get("ModifyIndex") or 0) >= view.modify_index:
+            view.update_job(job)
+        return view
+
+    def apply_listing(
+        self, region: str, ns_param: str, jobs: Sequence[JSON], allocs: Sequence[JSON], index: int
+    ) -> list[JobView]:
+        """Merge one scope's job list and allocation list; forget the scope's purged jobs."""
+        seen: dict[Key, JobView] = {}
+        for job in jobs:
+            view = self.merge_job(job, region=region)
+            if view is not None:
+                seen[view_key(view)] = view
+        by_job: dict[tuple[str, str], list[JSON]] = {}
+        for a in allocs:
+            by_job.setdefault(
+                (str(a.get("Namespace") or "default"), str(a.get("JobID"))), []
+            ).append(a)
+        for key, view in seen.items():
+            for a in by_job.get((key[1], key[2]), []):
+                merge_alloc(view, a)
+        # forget purged jobs of this scope, but not ones registered after the listing
+        for key, view in list(self.views.items()):
+            in_scope = key[0] == region and (ns_param == "*" or key[1] == ns_param)
+            if in_scope and key not in seen and view.modify_index <= index:
+                del self.views[key]
+        return list(seen.values())
+
+    async def apply_events(
+        self, events: Sequence[JSON], *, region: str, view_for: ViewFor
+    ) -> list[JobView]:
+        """Merge a batch of Job/Allocation/Evaluation events; returns the views they changed."""
+        touched: dict[Key, JobView] = {}
+        for ev in events:
+            topic = ev.get("Topic")
+            payload = ev.get("Payload") or {}
+            if topic == "Job" and payload.get("Job"):
+                job = payload["Job"]
+                key = (region, str(job.get("Namespace") or "default"), str(job.get("ID")))
+                if payload.get("Deleted"):
+                    self.views.pop(key, None)
+                    touched.pop(key, None)
+                    continue
+                view = self.merge_job(job, region=region)
+                if view is not None:
+                    touched[key] = view
+            elif topic == "Allocation" and payload.get("Allocation"):
+                alloc = payload["Allocation"]
+                view = await view_for(
+                    str(alloc.get("JobID")), str(alloc.get("Namespace") or "default"), region
+                )
+                if view is not None and merge_alloc(view, alloc):
+                    view.placement = ""
+                    touched[view_key(view)] = view
+            elif topic == "Evaluation" and payload.get("Evaluation"):
+                ev_obj = payload["Evaluation"]
+                key = (region, str(ev_obj.get("Namespace") or "default"), str(ev_obj.get("JobID")))
+                view = self.views.get(key)
+                if view is not None:
+                    text = placement_text(ev_obj)
+                    if text and not view.allocs:
+                        view.placement = text
+                        touched[key] = view
+        return list(touched.values())
