@@ -147,6 +147,9 @@ def test_busy_nomad_pod_shows_cpu_and_memory_in_summary_and_resource_metrics(
             if s.labels == {"namespace": "default", "pod": name}
         ]
         assert pod_cpu.value == cpu.value
+        # the node's counter covers every pod vkgate measured on this node, this one included
+        (node_cpu,) = fams["node_cpu_usage_seconds"].samples
+        assert node_cpu.value >= cpu.value
         # the integrated counter only grows
         fams2 = {f.name: f for f in text_string_to_metric_families(later)}
         (cpu2,) = [s for s in fams2["container_cpu_usage_seconds"].samples if s.labels == labels]

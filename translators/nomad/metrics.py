@@ -38,8 +38,13 @@ real ``nomad agent -dev``:
   zero-fills the rest); a zero memory figure for a running task is never real either.  Unknown
   stays None — never a fake zero (contract §7.2/§7.3).
 
-Node totals stay None: a Nomad client also runs other work, and a virtual node *is* its pods;
-the kubelet server sums the pods when every pod's value is known.
+Node totals: a virtual node *is* its pods (a Nomad client also runs other work, so the client's
+own figures would be wrong).  Memory and the CPU rate stay None here and the kubelet server sums
+the pods when every pod's value is known.  The node's cumulative CPU is reported here instead,
+because a plain sum over the current pods goes *down* whenever a pod ends or one allocation's
+stats call fails, and metrics-server rejects a decreasing counter: it is the sum of every
+task's counter since the gateway started, ended and restarted tasks included (a gateway restart
+resets it, like a machine reboot resets a kubelet's).
 """
 
 from __future__ import annotations
@@ -134,6 +139,14 @@ class CpuIntegrator:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._state: dict[TaskKey, _CpuState] = {}
+        #: Core-seconds of tasks that ended or restarted: keeps the node total monotonic.
+        self.retired = 0.0
+        self._measured = False
+
+    def _retire(self, key: TaskKey) -> None:
+        state = self._state.pop(key, None)
+        if state is not None:
+            self.retired += state.core_seconds
 
     def sample(
         self, key: TaskKey, percent: float | None, *, started_at: _dt.datetime | None
@@ -146,9 +159,11 @@ class CpuIntegrator:
         mono = self.clock.monotonic()
         state = self._state.get(key)
         if state is not None and state.started_at != started_at:
-            state = None  # the task restarted: a new container, a new counter
+            self._retire(key)  # the task restarted: a new container, a new counter
+            state = None
         if percent is None:
             return None
+        self._measured = True
         cores = percent / 100.0
         if state is None:
             if started_at is None:
@@ -165,7 +180,15 @@ class CpuIntegrator:
         """Forget tasks that are no longer running (their allocation ended or was replaced)."""
         wanted = set(alive)
         for key in [k for k in self._state if k not in wanted]:
-            del self._state[key]
+            self._retire(key)
+
+    def total(self) -> float | None:
+        """Core-seconds of every task measured since this integrator started, ended ones
+        included: the node's counter, which must never go backwards — not when a pod ends,
+        restarts, or its stats call fails for one scrape.  None before any measurement."""
+        if not self._measured:
+            return None
+        return self.retired + sum(s.core_seconds for s in self._state.values())
 
     def __len__(self) -> int:
         return len(self._state)
@@ -245,7 +268,7 @@ def node_usage(
     left out, but its CPU state is kept so the counter continues next time) → ``NodeUsage``."""
     pods = [pod_usage(t, r, cpu) for t, r in zip(found, replies, strict=True) if r is not None]
     cpu.keep(k for t in found for k in t.task_keys())
-    return NodeUsage(time=cpu.clock.now(), pods=tuple(pods))
+    return NodeUsage(time=cpu.clock.now(), pods=tuple(pods), cpu_core_seconds=cpu.total())
 
 
 # --------------------------------------------------------------------------- I/O

@@ -132,7 +132,9 @@ async def test_stats_map_to_running_containers_and_cpu_is_integrated(
     assert app.memory_working_set_bytes == app.memory_rss_bytes == 1658880
     # idle is 20 s old and reads 0 %: a real reading, not "unknown"
     assert idle.cpu_nano_cores == 0 and idle.cpu_core_seconds == 0.0
-    assert first.cpu_core_seconds is None and first.memory_working_set_bytes is None
+    # the node: the pods' cumulative CPU (20 + 0); memory and rate are summed by the kubelet
+    assert first.cpu_core_seconds == pytest.approx(20.0)
+    assert first.cpu_nano_cores is None and first.memory_working_set_bytes is None
     (app2, _) = second.pods[0].containers
     # 10 s later at half a core: 20 + 0.5 x 10
     assert app2.cpu_nano_cores == 500_000_000
@@ -202,6 +204,10 @@ async def test_a_failing_allocation_is_left_out_and_not_retried(
     # over from the start time would give 0.5 x 30 = 15, a decrease metrics-server rejects
     assert app_seconds(first) == pytest.approx(20.0)
     assert app_seconds(later) == pytest.approx(25.0)
+    # the node's counter keeps the left-out pod's last value: it never goes down
+    assert first.cpu_core_seconds == pytest.approx(40.0)
+    assert failed.cpu_core_seconds == pytest.approx(45.0)  # burner-2 went on: 25 + burner-1 20
+    assert later.cpu_core_seconds == pytest.approx(55.0)  # 30 + 25
 
 
 async def test_stats_calls_in_flight_are_bounded(

@@ -122,3 +122,20 @@ def test_integrator_forgets_tasks_that_stopped_running() -> None:
     cpu.sample(("a2", "app"), 10.0, started_at=START)
     cpu.keep([("a2", "app")])
     assert len(cpu) == 1
+
+
+async def test_node_total_never_goes_backwards() -> None:
+    """Node counter = every task's core-seconds, ended and restarted tasks included."""
+    clock = FakeClock(START + _dt.timedelta(seconds=10))
+    cpu = CpuIntegrator(clock)
+    assert cpu.total() is None  # nothing measured yet: unknown, not 0
+    cpu.sample(("a1", "app"), 100.0, started_at=START)  # 10
+    cpu.sample(("a2", "app"), 50.0, started_at=START)  # 5
+    assert cpu.total() == pytest.approx(15.0)
+    await clock.advance(10)
+    # a1's task restarted: its new counter starts near 0, the node keeps the old 10 + 0
+    cpu.sample(("a1", "app"), 100.0, started_at=START + _dt.timedelta(seconds=18))
+    assert cpu.total() == pytest.approx(10.0 + 2.0 + 5.0)
+    # a2 ended: its 5 core-seconds stay in the node's total
+    cpu.keep([("a1", "app")])
+    assert cpu.total() == pytest.approx(17.0)
