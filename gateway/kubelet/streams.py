@@ -284,6 +284,7 @@ async def run_session(ch: Channels, session: ExecSession, opts: ExecOptions) -> 
     output = asyncio.create_task(_pump_output(ch, session, tty=opts.tty))
     gone = asyncio.create_task(ch.gone.wait())
     code: int | None = None
+    failure = "exec ended without an exit code"
     try:
         done, _ = await asyncio.wait({output, gone}, return_when=asyncio.FIRST_COMPLETED)
         if output in done and output.exception() is None:
@@ -291,7 +292,10 @@ async def run_session(ch: Channels, session: ExecSession, opts: ExecOptions) -> 
             pending: set[asyncio.Task[Any]] = {waiter, gone}
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if waiter in done:
-                code = waiter.result()
+                try:
+                    code = waiter.result()
+                except TranslatorError as exc:  # e.g. the command could not be started
+                    failure = f"error executing command in container: {exc}"
             else:
                 waiter.cancel()
         elif output in done:
@@ -306,7 +310,7 @@ async def run_session(ch: Channels, session: ExecSession, opts: ExecOptions) -> 
         with contextlib.suppress(Exception):
             await session.cancel()
         if not ch.gone.is_set():
-            await write_status(ch, failure_status("exec ended without an exit code"))
+            await write_status(ch, failure_status(failure))
         return None
     for c in (STDOUT, STDERR):
         with contextlib.suppress(ConnectionError):

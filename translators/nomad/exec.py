@@ -6,7 +6,10 @@ so the token never appears in a URL or proxy log.  Client frames carry
 ``{"stdin":{"data":b64}}``, ``{"stdin":{"close":true}}``, ``{"tty_size":{…}}`` and ``{}``
 heartbeats (every 10 s, as Nomad's own client does); server frames carry stdout/stderr data,
 their ``close`` markers and finally ``{"exited":true,"result":{"exit_code":n}}``, after which
-Nomad drops the connection without a close frame (treated as a normal end).
+Nomad drops the connection without a close frame (treated as a normal end).  A command that
+cannot start (``fork/exec /no/such/binary: no such file or directory``) gets no ``exited``
+frame: Nomad closes with code 1011 and the error as the reason, which ``wait()`` raises as
+``BackendRejected`` (the kubelet API turns it into an error status, kubectl exits 1).
 
 A reader task turns server frames into ``(stream, bytes)`` items (1 = stdout, 2 = stderr)
 on a queue; ``wait()`` returns the exit code, or raises ``BackendUnavailable`` when the
@@ -20,19 +23,31 @@ import base64
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from translators.base import BackendUnavailable
+from translators.base import BackendRejected, BackendUnavailable
 from translators.nomad.client import NomadClient
 from translators.nomad.errors import error_for_status
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10.0
+#: gRPC's wrapper around the driver's error, as Nomad forwards it in the close reason.
+_RPC_PREFIX = re.compile(r"^rpc error: code = \w+ desc = ")
+
+
+def close_error(exc: ConnectionClosed) -> BackendRejected | None:
+    """Nomad reports a command it could not start (missing binary, bad task) by closing the
+    socket with an error code and the reason, instead of an ``exited`` frame."""
+    frame = exc.rcvd
+    if frame is None or frame.code in (1000, 1001) or not frame.reason:
+        return None
+    return BackendRejected(f"nomad exec: {_RPC_PREFIX.sub('', frame.reason)}", reason="ExecFailed")
 
 
 class NomadExecSession:
@@ -110,8 +125,10 @@ class NomadExecSession:
                     if not self._exit.done():
                         self._exit.set_result(int(result.get("exit_code", 0)))
                     break
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as exc:
+            error = close_error(exc)
+            if error is not None and not self._exit.done():
+                self._exit.set_exception(error)
         finally:
             if not self._exit.done():
                 self._exit.set_exception(
