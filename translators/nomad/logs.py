@@ -11,8 +11,12 @@ follow             ``follow=true``; Nomad never ends a follow stream by itself, 
                    ``kubectl logs -f`` ending when the container exits
 tail_lines=N       ``origin=end`` with a byte guess that widens until N lines are found; with
                    both streams the last N lines of stdout followed by stderr (Nomad keeps
-                   no cross-stream order); when following, the follow starts at the same
-                   byte distance from the end (bytes written in between may repeat or be lost)
+                   no cross-stream order).  When following, the tail is read by absolute
+                   offset instead (``origin=start`` offsets run over all of the task's
+                   rotated files; their sizes come from ``/v1/client/fs/ls``) and the follow
+                   continues at the exact byte after it: nothing repeats, nothing is lost
+                   (unless Nomad deletes its oldest rotated file in that instant; without
+                   ``read-fs`` the follow starts at the end: no repeats, a gap is possible)
 limit_bytes        stop after N bytes
 timestamps         RFC3339Nano *receive* time before each line (Nomad stores none)
 since              not supported by Nomad: ignored, everything is returned
@@ -37,6 +41,7 @@ from typing import Any
 import httpx
 
 from translators.base import (
+    BackendAuthError,
     BackendError,
     BackendNotFound,
     BackendRejected,
@@ -183,6 +188,42 @@ class LogReader:
                 return last_lines(data, n)
             guess *= 4
 
+    async def _log_size(self, target: LogTarget, kind: str) -> int:
+        """Bytes Nomad holds for one stream of the task now, over all its rotated files
+        (``<task>.<kind>.<n>`` in ``alloc/logs``)."""
+        entries = await self.client.get(
+            f"/client/fs/ls/{target.alloc_id}",
+            params={"path": "alloc/logs"},
+            namespace=target.namespace,
+            region=target.region,
+        )
+        prefix = f"{target.task}.{kind}."
+        return sum(
+            int(e.get("Size") or 0)
+            for e in entries or []
+            if isinstance(e, dict)
+            and not e.get("IsDir")
+            and str(e.get("Name", "")).startswith(prefix)
+            and str(e["Name"])[len(prefix) :].isdigit()
+        )
+
+    async def _tail_at(self, target: LogTarget, kind: str, n: int) -> tuple[bytes, tuple[str, int]]:
+        """The last ``n`` lines of one stream and where a follow must continue: the absolute
+        offset right after the bytes read (``origin=start``).  A token without ``read-fs``
+        cannot list the log files: then the follow starts at the end of the file (lines
+        written between the two requests are missed, none repeat)."""
+        try:
+            size = await self._log_size(target, kind)
+        except BackendAuthError:
+            return await self._tail(target, kind, n), ("end", 0)
+        guess = max(1024, (n + 1) * LINE_GUESS)
+        while True:
+            start = max(0, size - guess)
+            data = await self._read_all(target, kind, origin="start", offset=start)
+            if start == 0 or data.count(b"\n") > n:
+                return last_lines(data, n), ("start", start + len(data))
+            guess *= 4
+
     async def read(
         self,
         target: LogTarget,
@@ -202,7 +243,12 @@ class LogReader:
         starts: dict[str, tuple[str, int]] = {k: ("start", 0) for k in kinds}
         initial: list[tuple[str, bytes]] = []
         if options.tail_lines is not None:
-            tails = {k: await self._tail(target, k, options.tail_lines) for k in kinds}
+            if options.follow:
+                found = {k: await self._tail_at(target, k, options.tail_lines) for k in kinds}
+                tails = {k: found[k][0] for k in kinds}
+                starts = {k: found[k][1] for k in kinds}
+            else:
+                tails = {k: await self._tail(target, k, options.tail_lines) for k in kinds}
             combined = last_lines(b"".join(tails[k] for k in kinds), options.tail_lines)
             # attribute the kept lines back to their stream, newest stream last
             keep = len(combined.splitlines())
@@ -211,7 +257,6 @@ class LogReader:
                 take = lines[-keep:] if keep else []
                 keep -= len(take)
                 tails[k] = b"".join(take)
-                starts[k] = ("end", len(tails[k]))
             initial = [(k, tails[k]) for k in kinds if tails[k]]
         elif not options.follow:
             for k in kinds:
