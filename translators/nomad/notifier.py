@@ -56,6 +56,9 @@ class ChangeFeed:
         self._state = state
         self._sleep = sleep
         self._closed = closed
+        #: Background stream/backstop tasks; the translator cancels them on close() so none
+        #: outlives the HTTP client (a consumer may drop the generator without closing it).
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def changes(self) -> AsyncIterator[WorkloadState]:
         queue: asyncio.Queue[WorkloadState] = asyncio.Queue()
@@ -134,6 +137,7 @@ class ChangeFeed:
                 failures += 1
 
         tasks = [asyncio.create_task(scope(r, n)) for r, n in self.scopes]
+        self.tasks.update(tasks)
         try:
             while not self._closed.is_set():
                 yield await queue.get()

@@ -157,6 +157,7 @@ class NomadTranslator:
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
         self._closed = asyncio.Event()
+        self._feeds: list[ChangeFeed] = []
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -171,6 +172,12 @@ class NomadTranslator:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._purges.clear()
+        feed_tasks = [t for feed in self._feeds for t in feed.tasks if not t.done()]
+        for task in feed_tasks:
+            task.cancel()
+        for task in feed_tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         await self.client.aclose()
 
     async def ping(self) -> None:
@@ -491,7 +498,7 @@ class NomadTranslator:
 
     def changes(self) -> AsyncIterator[WorkloadState]:
         """Notifier: event stream + blocking-list backstop per scope (``notifier.py``)."""
-        return ChangeFeed(
+        feed = ChangeFeed(
             self.client,
             self.config,
             scopes=self._scopes(),
@@ -500,7 +507,9 @@ class NomadTranslator:
             state=self._state,
             sleep=self._sleep,
             closed=self._closed,
-        ).changes()
+        )
+        self._feeds.append(feed)
+        return feed.changes()
 
     async def _apply_events(self, events: Sequence[JSON], region: str) -> Sequence[JobView]:
         touched = await self.book.apply_events(events, region=region, view_for=self._view_for)

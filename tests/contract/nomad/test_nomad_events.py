@@ -191,3 +191,34 @@ async def test_a_refused_stream_backs_off_with_the_retry_steps(
         assert await asyncio.wait_for(anext(it), 5) == [{"Topic": "Job"}]
         await it.aclose()  # type: ignore[attr-defined]
     assert sleeps == [0.5, 1.0, 2.0]
+
+
+async def test_close_stops_the_feed_even_when_the_consumer_never_closed_it(
+    make_translator: MakeTranslator,
+) -> None:
+    """A consumer that drops the changes() generator mid-stream must not leave stream/backstop
+    tasks running against a closed HTTP client (it crashed at asyncio.run() shutdown)."""
+    running = captured("running")
+    job_a, alloc_a = running["job"], running["allocations"][0]
+    t = await make_translator()
+    with respx.mock(base_url=ADDRESS, assert_all_called=False) as nomad:
+        nomad.get("/v1/jobs").mock(
+            return_value=httpx.Response(200, json=[job_a], headers={"X-Nomad-Index": "100"})
+        )
+        nomad.get("/v1/nodes").mock(return_value=httpx.Response(200, json=[]))
+
+        def allocations(request: httpx.Request) -> Any:
+            if "index" in request.url.params:
+                return hang_forever(request)
+            return httpx.Response(200, json=[alloc_a], headers={"X-Nomad-Index": "100"})
+
+        nomad.get("/v1/allocations").mock(side_effect=allocations)
+        nomad.get("/v1/event/stream").mock(
+            return_value=httpx.Response(200, stream=Body(b"{}\n", hang=True))
+        )
+        it = cast(AsyncGenerator[WorkloadState, None], t.changes())
+        await next_state(it)  # the feed is live; the consumer now just stops iterating
+        feed_tasks = [task for feed in t._feeds for task in feed.tasks]
+        assert feed_tasks and not any(task.done() for task in feed_tasks)
+        await t.close()
+        assert all(task.done() for task in feed_tasks)
