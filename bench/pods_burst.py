@@ -10,12 +10,13 @@ then the harness
    ``--concurrency`` creates in flight) and waits until every pod is Running;
 2. deletes them all (default grace period) and waits until the watch has seen every DELETED.
 
-Per pod, *create→Running* runs from the watch's ADDED event to the first event with
-``status.phase=Running``, and *delete→gone* from the first event carrying a
-``deletionTimestamp`` to DELETED — both observed by the same watch on the same clock.  (The
-pod's ``creationTimestamp`` and condition times have one-second resolution, too coarse for
-sub-second latencies, so they are not used.)  Wall times run from the first request sent to
-the last event seen.
+Per pod, *create→Running* runs from the moment the harness sends that pod's create request to
+the first watch event with ``status.phase=Running``, and *delete→gone* from its DELETE request
+to the DELETED event: what a user waits for, on one monotonic clock.  Not used: the pod's
+``creationTimestamp`` and condition times (one-second resolution, too coarse), and the watch's
+ADDED event as the start (the harness's loop, busy sending creates, can read ADDED and a fast
+agent's Running update in one batch, which made the baseline look instantaneous).  Wall times
+run from the first request sent to the last event seen.
 
 Also recorded: the agent's API writes (its own ``vkgate_api_writes_total`` counters, and the
 API server's ``apiserver_request_total`` minus the harness's own writes as a cross-check), the
@@ -73,10 +74,9 @@ _WRITE_VERBS = {
 
 @dataclass
 class PodTimes:
-    created: float | None = None  # harness: create response received
-    added: float | None = None  # watch: ADDED
+    sent: float | None = None  # harness: create request about to be sent
     running: float | None = None  # watch: first phase=Running
-    delete_seen: float | None = None  # watch: first deletionTimestamp
+    delete_sent: float | None = None  # harness: DELETE request about to be sent
     deleted: float | None = None  # watch: DELETED
     phase: str = ""
 
@@ -97,6 +97,8 @@ class RunResult:
     writes_create: Writes | None = None
     #: the agent's client rate limit (qps, burst) when it has one
     rate_limit: tuple[float, int] | None = None
+    #: seconds from the first create sent to the first delete sent
+    delete_offset: float = 0.0
     server_writes: Writes = field(default_factory=Counter)
     #: pod/event writes the API server answered with 4xx/5xx (404/409: a redundant write)
     server_refused: Writes = field(default_factory=Counter)
@@ -112,14 +114,20 @@ class RunResult:
     error: str = ""
 
     def floor(self, phase: str) -> float | None:
-        """Seconds the agent's own rate limit alone needs for the writes of ``phase``
-        ("create" or "delete"): (writes - burst) / qps, as if the bucket started full."""
+        """Seconds of ``phase`` ("create" or "delete") the agent's own token bucket alone
+        imposes: the bucket is full when the burst starts (the agent idled), so the last write
+        of the create phase cannot leave before (create writes - burst) / qps, and the last of
+        the delete phase not before (all writes - burst) / qps after the start."""
         if self.rate_limit is None or self.agent_writes is None or self.writes_create is None:
             return None
         qps, burst = self.rate_limit
+        if qps <= 0:
+            return None
         create = sum(self.writes_create.values())
-        n = create if phase == "create" else sum(self.agent_writes.values()) - create
-        return max(0.0, n - burst) / qps if qps > 0 else None
+        if phase == "create":
+            return max(0.0, create - burst) / qps
+        total = sum(self.agent_writes.values())
+        return max(0.0, (total - burst) / qps - self.delete_offset, (total - create - burst) / qps)
 
     def pod_writes(self, counts: Writes | None) -> float | None:
         if counts is None or not self.pods:
@@ -212,13 +220,9 @@ class Tracker:
     def _observe(self, kind: str, obj: dict[str, Any], now: float) -> None:
         name = obj["metadata"]["name"]
         t = self._times(name)
-        if kind == "ADDED" and t.added is None:
-            t.added = now
         t.phase = (obj.get("status") or {}).get("phase", "")
         if t.phase == "Running" and t.running is None:
             t.running = now
-        if obj["metadata"].get("deletionTimestamp") and t.delete_seen is None:
-            t.delete_seen = now
         if kind == "DELETED" and t.deleted is None:
             t.deleted = now
         self._check()
@@ -316,10 +320,10 @@ async def run_burst(
             names = [f"p{i:04d}" for i in range(n)]
 
             async def create(i: int) -> None:
+                tracker._times(names[i]).sent = time.monotonic()
                 await client.create(
                     f"/api/v1/namespaces/{ns}/pods", pod_manifest(names[i], ns, node, run_id)
                 )
-                tracker._times(names[i]).created = time.monotonic()
 
             t0 = time.monotonic()
             errors = await bounded(n, concurrency, create)
@@ -333,9 +337,9 @@ async def run_burst(
             res.running_wall = t_running - t0
             res.not_running = sum(t.running is None for t in tracker.pods.values())
             res.to_running = [
-                t.running - (t.added or t.created or t0)
+                t.running - t.sent
                 for t in tracker.pods.values()
-                if t.running is not None
+                if t.running is not None and t.sent is not None
             ]
             mid = procstat.sample(agent.pid)
             res.writes_create = diff(await asyncio.to_thread(agent.api_writes), agent_before)
@@ -343,10 +347,12 @@ async def run_burst(
             res.cpu_create = cpu_delta(mid.cpu_seconds, idle.cpu_seconds)
 
             async def delete(i: int) -> None:
+                tracker._times(names[i]).delete_sent = time.monotonic()
                 with contextlib.suppress(NotFound):
                     await client.delete(f"/api/v1/namespaces/{ns}/pods/{names[i]}")
 
             t1 = time.monotonic()
+            res.delete_offset = t1 - t0
             errors = await bounded(n, concurrency, delete)
             if errors:
                 raise RuntimeError(f"{len(errors)} deletes failed, first: {errors[0]}")
@@ -360,9 +366,9 @@ async def run_burst(
             res.gone_wall = t_gone - t1
             res.not_gone = sum(t.deleted is None for t in tracker.pods.values())
             res.to_gone = [
-                t.deleted - (t.delete_seen or t1)
+                t.deleted - t.delete_sent
                 for t in tracker.pods.values()
-                if t.deleted is not None
+                if t.deleted is not None and t.delete_sent is not None
             ]
         finally:
             watch.cancel()
