@@ -102,6 +102,8 @@ class RunResult:
     server_writes: Writes = field(default_factory=Counter)
     #: pod/event writes the API server answered with 4xx/5xx (404/409: a redundant write)
     server_refused: Writes = field(default_factory=Counter)
+    #: Events in the run's namespace at the end, by reason (occurrences, ``count`` included)
+    event_reasons: Counter[str] = field(default_factory=Counter)
     rss_idle: int | None = None
     rss_running: int | None = None
     rss_after: int | None = None
@@ -380,6 +382,9 @@ async def run_burst(
         res.apiserver_cpu = cpu_delta(procstat.cpu_seconds(cp.apiserver.pid), srv0)
         res.etcd_cpu = cpu_delta(procstat.cpu_seconds(cp.etcd.pid), etcd0)
         res.agent_writes = diff(await asyncio.to_thread(agent.api_writes), agent_before)
+        events = await client.list(f"/api/v1/namespaces/{ns}/events")
+        for ev in events["items"]:
+            res.event_reasons[str(ev.get("reason", ""))] += int(ev.get("count") or 1)
         requests = await asyncio.to_thread(apiserver_requests, cp)
         requests.subtract(api_before)
         server = by_resource(+requests)
@@ -529,6 +534,11 @@ def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine:
             f"- {a}: {_writes_breakdown(pick.agent_writes, pick.pods)}"
             + (f"; refused by the API server (4xx): {refused}" if refused else "")
         )
+        if pick.event_reasons:
+            reasons = ", ".join(
+                f"{r} {n / pick.pods:.2f}" for r, n in sorted(pick.event_reasons.items())
+            )
+            out.append(f"  - Events per pod by reason: {reasons}")
     problems = [r for r in results if r.error or r.not_running or r.not_gone]
     if problems:
         out += ["", "Problems seen:", ""]
