@@ -21,13 +21,12 @@ message is the (truncated) body text, so a proxy's HTML error page never floods 
 
 from __future__ import annotations
 
-import datetime as _dt
-import email.utils
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import GatewayError
+from translators.httputil import parse_retry_after
 
 #: Longest body excerpt kept in an error message.
 BODY_LIMIT = 300
@@ -108,24 +107,6 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 def truncate(text: str, limit: int = BODY_LIMIT) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def parse_retry_after(value: str | None, *, now: _dt.datetime | None = None) -> float | None:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP date; None when absent/garbage."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.UTC)
-    return max(0.0, (when - (now or _dt.datetime.now(_dt.UTC))).total_seconds())
 
 
 def error_from_status(

@@ -51,6 +51,7 @@ from translators.base import (
 )
 from translators.batch.settings import BatchSettings
 from translators.batch.transport import HttpxTransport
+from translators.httputil import parse_retry_after as retry_after_seconds
 
 log = logging.getLogger(__name__)
 
@@ -97,25 +98,6 @@ def _text(exc: HttpResponseError) -> str:
     msg = getattr(err, "message", None) if err is not None else None
     text = str(msg or exc.reason or "").strip().replace("\n", " ")
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-def retry_after_seconds(value: str | None, *, now: _dt.datetime | None = None) -> float | None:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.UTC)
-    ref = now or _dt.datetime.now(_dt.UTC)
-    return max(0.0, (when - ref).total_seconds())
 
 
 def map_error(exc: BaseException, *, what: str = "") -> BackendError:

@@ -12,9 +12,7 @@ included.
 
 from __future__ import annotations
 
-import email.utils
 import re
-import time
 
 import httpx
 
@@ -27,6 +25,7 @@ from translators.base import (
     BackendThrottled,
     BackendUnavailable,
 )
+from translators.httputil import parse_retry_after as retry_after_seconds
 
 MAX_BODY = 300
 _VALIDATION = re.compile(
@@ -34,23 +33,6 @@ _VALIDATION = re.compile(
     r"unsupported|not allowed|must be|cannot be|can't",
     re.IGNORECASE,
 )
-
-
-def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
-    """Parse ``Retry-After`` (delta seconds or an HTTP date) into seconds from now."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
 
 
 def _short(text: str) -> str:

@@ -40,6 +40,7 @@ from translators.base import (
     BackendThrottled,
     BackendUnavailable,
 )
+from translators.httputil import parse_retry_after
 from translators.zun.auth import ZunAuth
 from translators.zun.config import parse_microversion
 
@@ -144,13 +145,7 @@ def _raw_detail(resp: httpx.Response) -> str:
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
-    value = resp.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+    return parse_retry_after(resp.headers.get("Retry-After"))
 
 
 def error_for(resp: httpx.Response, *, method: str, path: str) -> BackendError:
