@@ -31,22 +31,9 @@ from typing import Any
 
 import jinja2
 
+from translators.quantity import UNITS as _UNITS
 from translators.quantity import parse_quantity
 
-_UNITS = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-}
 _ROUNDING: dict[str, Callable[[Fraction], int]] = {
     "ceil": math.ceil,
     "floor": math.floor,

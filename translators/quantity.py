@@ -11,7 +11,8 @@ import math
 import re
 from fractions import Fraction
 
-_SUFFIX = {
+#: Suffix → multiplier (decimal SI and binary), shared with the template ``quantity`` filter.
+UNITS = {
     "": Fraction(1),
     "n": Fraction(1, 10**9),
     "u": Fraction(1, 10**6),
@@ -49,7 +50,7 @@ def parse_quantity(value: str | int | float) -> Fraction:
     base = Fraction(number)
     if exp:
         return base * Fraction(10) ** int(exp[1:])
-    return base * _SUFFIX[suffix or ""]
+    return base * UNITS[suffix or ""]
 
 
 def cpu_millis(value: str | int | float) -> int:
