@@ -36,7 +36,12 @@ from typing import Any
 
 import yaml
 
-from gateway.pods.env import EnvSources, resolve_container_env
+from gateway.pods.env import (
+    EnvSources,
+    container_role,
+    resolve_container_env,
+    resolved_container,
+)
 from gateway.pods.pullsecrets import pull_secret_names, resolve_pull_secrets
 from translators.base import (
     JSON,
@@ -45,7 +50,6 @@ from translators.base import (
     ResolvedContainer,
     ResolvedPod,
     TranslatorContext,
-    VolumeMount,
 )
 from translators.rendering import TEAM_LABEL, Renderer, pod_context
 
@@ -220,29 +224,10 @@ def resolve(
     def container(c: Mapping[str, Any], role: str) -> ResolvedContainer:
         result = resolve_container_env(pod, c, sources)
         errors.extend(f"container {c.get('name')}: {result.error}" for _ in [0] if result.error)
-        return ResolvedContainer(
-            name=str(c.get("name", "")),
-            image=str(c.get("image", "")),
-            command=result.command,
-            args=result.args,
-            env=result.env,
-            mounts=tuple(
-                VolumeMount(
-                    volume=str(m.get("name", "")),
-                    mount_path=str(m.get("mountPath", "")),
-                    read_only=bool(m.get("readOnly", False)),
-                    sub_path=str(m.get("subPath", "") or ""),
-                )
-                for m in c.get("volumeMounts") or []
-            ),
-            working_dir=str(c.get("workingDir", "") or ""),
-            role=role,
-            spec=dict(c),
-        )
+        return resolved_container(c, result, role)
 
     inits = tuple(
-        container(c, "sidecar" if c.get("restartPolicy") == "Always" else "init")
-        for c in spec.get("initContainers") or []
+        container(c, container_role(c, "initContainers")) for c in spec.get("initContainers") or []
     )
     mains = tuple(container(c, "main") for c in spec.get("containers") or [])
     volumes: tuple[Any, ...] = ()

@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from translators.base import EnvVar
+from translators.base import EnvVar, ResolvedContainer, VolumeMount
 from translators.quantity import cpu_millis, parse_quantity
 
 
@@ -610,3 +610,33 @@ def uses_pod_ip(pod: Mapping[str, Any]) -> bool:
             if path in ("status.podIP", "status.podIPs"):
                 return True
     return False
+
+
+def container_role(c: Mapping[str, Any], group: str) -> str:
+    """``main``, ``init`` or ``sidecar`` (an init container with restartPolicy Always)."""
+    if group != "initContainers":
+        return "main"
+    return "sidecar" if c.get("restartPolicy") == "Always" else "init"
+
+
+def resolved_container(c: Mapping[str, Any], result: EnvResult, role: str) -> ResolvedContainer:
+    """The translator-facing container: resolved env and expanded command/args plus mounts."""
+    return ResolvedContainer(
+        name=str(c.get("name", "")),
+        image=str(c.get("image", "")),
+        command=result.command,
+        args=result.args,
+        env=result.env,
+        mounts=tuple(
+            VolumeMount(
+                volume=str(m.get("name", "")),
+                mount_path=str(m.get("mountPath", "")),
+                read_only=bool(m.get("readOnly")),
+                sub_path=str(m.get("subPath") or ""),
+            )
+            for m in c.get("volumeMounts") or []
+        ),
+        working_dir=str(c.get("workingDir") or ""),
+        role=role,
+        spec=dict(c),
+    )

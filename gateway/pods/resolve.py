@@ -52,7 +52,6 @@ from translators.base import (
     Features,
     ResolvedContainer,
     ResolvedPod,
-    VolumeMount,
 )
 
 log = logging.getLogger("gateway.pods.resolve")
@@ -347,29 +346,8 @@ class Resolver:
                 if result.error:
                     out.waiting[str(c.get("name"))] = ("CreateContainerConfigError", result.error)
                     continue
-                role = "main"
-                if group == "initContainers":
-                    role = "sidecar" if c.get("restartPolicy") == "Always" else "init"
                 containers[group].append(
-                    ResolvedContainer(
-                        name=str(c.get("name", "")),
-                        image=str(c.get("image", "")),
-                        command=result.command,
-                        args=result.args,
-                        env=result.env,
-                        mounts=tuple(
-                            VolumeMount(
-                                volume=str(m.get("name", "")),
-                                mount_path=str(m.get("mountPath", "")),
-                                read_only=bool(m.get("readOnly")),
-                                sub_path=str(m.get("subPath") or ""),
-                            )
-                            for m in c.get("volumeMounts") or []
-                        ),
-                        working_dir=str(c.get("workingDir") or ""),
-                        role=role,
-                        spec=c,
-                    )
+                    envmod.resolved_container(c, result, envmod.container_role(c, group))
                 )
 
         tokens: dict[volmod.TokenKey, str | ReadError] = {}
