@@ -303,10 +303,10 @@ async def run_burst(
     ns = f"bench-{run_id}"
     res = RunResult(agent.name, round_no, n)
     await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-    agent.start(node)  # from the main thread: children die with it (PR_SET_PDEATHSIG)
-    res.description = agent.describe()
-    res.rate_limit = getattr(agent, "rate_limit", None)
     try:
+        agent.start(node)  # from the main thread: children die with it (PR_SET_PDEATHSIG)
+        res.description = agent.describe()
+        res.rate_limit = getattr(agent, "rate_limit", None)
         await asyncio.sleep(settle)
         idle = procstat.sample(agent.pid)
         res.rss_idle = idle.rss_bytes
