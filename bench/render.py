@@ -7,8 +7,8 @@ What is timed, per packaged entry template x sample pod (``templates/samples``):
 * **render_spec** — the backend translator's ``render_spec`` (``gateway.offline.SpecRenderer``):
   exactly what ``create`` sends, i.e. context building, the sandboxed Jinja render (in its
   watchdog thread), JSON parsing, schema validation and the backend's own post-processing;
-* **template** — ``Renderer.render(template, pod_context(...))`` alone (``translators.rendering``),
-  to show how much of the above is the template;
+* **template** — the ``Renderer.render`` calls ``render_spec`` makes (``translators.rendering``),
+  replayed with the very context the backend built: the Jinja + parse + validate share;
 * **baseline** — ``json.dumps`` of the very dict ``render_spec`` returned: the cost of merely
   serializing the request body, which any implementation pays.  The ratio render/baseline is
   the number to compare across machines.
