@@ -92,7 +92,12 @@ class App:
         self.renderer = renderer_from_settings(settings.templates)
         self.translator = translator or load_translator(settings, renderer=self.renderer)
         self.events = EventRecorder(
-            self.kube, component="vkgate", host=settings.node.name, clock=self.clock
+            self.kube,
+            component="vkgate",
+            host=settings.node.name,
+            clock=self.clock,
+            qps=settings.kube.event_qps,
+            burst=settings.kube.event_burst,
         )
         #: Live templates from ConfigMaps (templates.configmap_namespace), when configured.
         self.templates: Any = None

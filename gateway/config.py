@@ -86,6 +86,8 @@ class KubeSettings:
     context: str = field(default="", metadata=doc("kubeconfig context"))
     qps: float = field(default=50.0, metadata=doc("Client requests per second (token bucket)"))
     burst: int = field(default=100, metadata=doc("Client burst"))
+    event_qps: float = field(default=50.0, metadata=doc("Event writes per second (own budget)"))
+    event_burst: int = field(default=100, metadata=doc("Event write burst"))
     timeout: float = field(default=30.0, metadata=doc("Request timeout in seconds"))
 
 

@@ -328,11 +328,14 @@ class KubeClient:
         headers: Mapping[str, str] | None = None,
         content_type: str | None = None,
         retry: RetryPolicy | None = None,
+        limiter: TokenBucket | None = None,
     ) -> dict[str, Any]:
         """Send one request (with rate limit and retries) and return the decoded JSON body.
 
         ``retry`` overrides the client's policy for this call (``NO_RETRY`` for callers that run
-        their own retry loop and want to see every failure).
+        their own retry loop and want to see every failure).  ``limiter`` replaces the shared
+        token bucket for this call (the EventRecorder has its own budget, as the kubelet's
+        eventRecordQPS/eventBurst, so Events never slow status writes).
         """
         method = method.upper()
         policy = retry or self.retry
@@ -343,8 +346,9 @@ class KubeClient:
             hdrs["Content-Type"] = content_type or "application/json"
         verb = _WRITE_VERBS.get(method)
         attempt = 0
+        bucket = limiter or self._limiter
         while True:
-            await self._limiter.acquire()
+            await bucket.acquire()
             if verb:
                 self.stats[(verb, resource_of(path))] += 1
             err: ApiError
@@ -403,8 +407,10 @@ class KubeClient:
                 }
             query["continue"] = token
 
-    async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", path, json=body)
+    async def create(
+        self, path: str, body: Mapping[str, Any], *, limiter: TokenBucket | None = None
+    ) -> dict[str, Any]:
+        return await self.request("POST", path, json=body, limiter=limiter)
 
     async def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request("PUT", path, json=body)
@@ -417,6 +423,7 @@ class KubeClient:
         patch_type: PatchType = "strategic",
         field_manager: str | None = None,
         force: bool = False,
+        limiter: TokenBucket | None = None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {}
         if field_manager:
@@ -429,6 +436,7 @@ class KubeClient:
             params=params or None,
             json=body,
             content_type=PATCH_CONTENT_TYPES[patch_type],
+            limiter=limiter,
         )
 
     async def delete(

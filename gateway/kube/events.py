@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.clock import Clock, SystemClock
-from gateway.kube.client import KubeClient
+from gateway.kube.client import KubeClient, TokenBucket
 from gateway.kube.errors import NotFound
 
 log = logging.getLogger("gateway.kube.events")
@@ -51,12 +51,17 @@ class EventRecorder:
         host: str = "",
         clock: Clock | None = None,
         cache_size: int = 4096,
+        qps: float = 50.0,
+        burst: int = 100,
     ) -> None:
         self.client = client
         self.component = component
         self.host = host
         self.clock: Clock = clock or SystemClock()
         self.cache_size = cache_size
+        #: Events have their own budget (kubelet: eventRecordQPS 50 / eventBurst 100), so a
+        #: burst of pods does not queue its status writes behind its Events.
+        self.limiter = TokenBucket(qps, burst, clock=self.clock)
         self._seen: OrderedDict[tuple[str, str, str, str, str], _Seen] = OrderedDict()
 
     async def record(
@@ -97,6 +102,7 @@ class EventRecorder:
                     f"/api/v1/namespaces/{seen.namespace}/events/{seen.name}",
                     {"count": seen.count, "lastTimestamp": now, "message": message},
                     patch_type="merge",
+                    limiter=self.limiter,
                 )
                 return
             except NotFound:
@@ -125,7 +131,9 @@ class EventRecorder:
         while len(self._seen) > self.cache_size:
             self._seen.popitem(last=False)
         try:
-            await self.client.create(f"/api/v1/namespaces/{namespace}/events", body)
+            await self.client.create(
+                f"/api/v1/namespaces/{namespace}/events", body, limiter=self.limiter
+            )
         except Exception:
             self._seen.pop(key, None)
             raise

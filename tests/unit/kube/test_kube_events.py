@@ -113,3 +113,34 @@ async def test_node_events_go_to_default_namespace(recorder: EventRecorder, serv
     assert path == "/api/v1/namespaces/default/events"
     assert body["involvedObject"]["kind"] == "Node"
     assert "namespace" not in body["involvedObject"]
+
+
+async def test_events_have_their_own_budget_and_do_not_drain_the_clients(server: Server):
+    """A burst of Events must not queue the status writes behind it (the kubelet keeps
+    eventRecordQPS/eventBurst apart from its API QPS): events spend only their own tokens."""
+    import asyncio
+
+    clock = FakeClock()
+    client = KubeClient(
+        KubeConfig(server="https://k"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=1,
+        burst=1,
+        retry=RetryPolicy(delays=()),
+    )
+    recorder = EventRecorder(client, host="vk-1", clock=clock, qps=10, burst=5)
+    for i in range(5):  # five events within the event burst: no waiting at all
+        await asyncio.wait_for(
+            recorder.record(POD, type="Normal", reason=f"R{i}", message="m"), timeout=1
+        )
+    # the client's single token is still there for a status write, without advancing time
+    await asyncio.wait_for(client.patch("/api/v1/namespaces/team-a/pods/web/status", {}), 1)
+    assert [m for m, _, _ in server.requests] == ["POST"] * 5 + ["PATCH"]
+    # the sixth event waits for the event bucket only
+    sixth = asyncio.ensure_future(recorder.record(POD, type="Normal", reason="R5", message="m"))
+    await asyncio.sleep(0)
+    assert not sixth.done()
+    await clock.advance(0.1)
+    await asyncio.wait_for(sixth, timeout=1)
+    assert len(server.requests) == 7

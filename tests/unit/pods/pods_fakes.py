@@ -168,7 +168,7 @@ class FakeKube:
         finally:
             self._watchers.remove(q)
 
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         await asyncio.sleep(0)
         self.writes.append(("POST", path, body))
         self.stats[("create", path.rsplit("/", maxsplit=1)[-1])] += 1
