@@ -119,16 +119,17 @@ class RunResult:
         """Seconds of ``phase`` ("create" or "delete") the agent's own token bucket alone
         imposes: the bucket is full when the burst starts (the agent idled), so the last write
         of the create phase cannot leave before (create writes - burst) / qps, and the last of
-        the delete phase not before (all writes - burst) / qps after the start."""
+        the delete phase not before (all writes - burst) / qps after the start.  Events are
+        left out: they have their own bucket (``kube.event_qps``/``event_burst``)."""
         if self.rate_limit is None or self.agent_writes is None or self.writes_create is None:
             return None
         qps, burst = self.rate_limit
         if qps <= 0:
             return None
-        create = sum(self.writes_create.values())
+        create = sum(n for (_, res), n in self.writes_create.items() if res != "events")
         if phase == "create":
             return max(0.0, create - burst) / qps
-        total = sum(self.agent_writes.values())
+        total = sum(n for (_, res), n in self.agent_writes.items() if res != "events")
         return max(0.0, (total - burst) / qps - self.delete_offset, (total - create - burst) / qps)
 
     def pod_writes(self, counts: Writes | None) -> float | None:

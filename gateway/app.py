@@ -152,6 +152,8 @@ class App:
         return [c for c in (self.templates, self.pods, self.kubelet) if c is not None]
 
     async def start(self) -> None:
+        await self.events.start()
+        self._started.append(self.events)
         await self.translator.start()
         self._started.append(self.translator)
         await self.node.start()

@@ -10,10 +10,19 @@ bounded LRU, so a long-running agent does not grow without bound.
 ``kind``/``apiVersion`` come from the object; list items have neither, so a namespaced object
 defaults to ``v1 Pod`` and a cluster-scoped one to ``v1 Node``.  Events about a cluster-scoped
 object go to the ``default`` namespace (as the kubelet does for its Node).
+
+Once ``start()`` ran (the App does it), ``record`` only enqueues and one background sender
+writes the Events, with their own token bucket (kubelet: ``eventRecordQPS``/``eventBurst``):
+a burst of pods never waits on its Events, as with client-go's broadcaster.  The queue is
+bounded; when it is full an Event is dropped with a log line (the kubelet drops too).  Without
+``start()`` (unit tests, one-shot tools) ``record`` writes inline.  ``stop()`` drains what is
+queued, bounded by a timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as _dt
 import logging
 import secrets
@@ -53,6 +62,7 @@ class EventRecorder:
         cache_size: int = 4096,
         qps: float = 50.0,
         burst: int = 100,
+        queue_size: int = 1000,
     ) -> None:
         self.client = client
         self.component = component
@@ -62,6 +72,12 @@ class EventRecorder:
         #: Events have their own budget (kubelet: eventRecordQPS 50 / eventBurst 100), so a
         #: burst of pods does not queue its status writes behind its Events.
         self.limiter = TokenBucket(qps, burst, clock=self.clock)
+        self._queue: asyncio.Queue[tuple[Mapping[str, Any], str, str, str, str]] = asyncio.Queue(
+            maxsize=queue_size
+        )
+        self._sender: asyncio.Task[None] | None = None
+        #: Events dropped because the queue was full.
+        self.dropped = 0
         self._seen: OrderedDict[tuple[str, str, str, str, str], _Seen] = OrderedDict()
 
     async def record(
@@ -73,9 +89,45 @@ class EventRecorder:
         message: str,
         field_path: str = "",
     ) -> None:
-        """Write (or aggregate into) an Event about ``obj``.  Never raises."""
+        """Write (or aggregate into) an Event about ``obj``.  Never raises; once started, only
+        enqueues (the sender writes it)."""
+        item = (obj, type, reason, message[:MESSAGE_LIMIT], field_path)
+        if self._sender is not None and not self._sender.done():
+            try:
+                self._queue.put_nowait(item)
+            except asyncio.QueueFull:
+                self.dropped += 1
+                log.warning("event queue full: dropped event %s (%s)", reason, message[:80])
+            return
+        await self._send(item)
+
+    async def start(self) -> None:
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._run(), name="event-sender")
+
+    async def stop(self, *, drain_seconds: float = 5.0) -> None:
+        """Write what is queued (at most ``drain_seconds``), then stop the sender."""
+        sender, self._sender = self._sender, None
+        if sender is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), drain_seconds)
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sender
+
+    async def _run(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                await self._send(item)
+            finally:
+                self._queue.task_done()
+
+    async def _send(self, item: tuple[Mapping[str, Any], str, str, str, str]) -> None:
+        obj, etype, reason, message, field_path = item
         try:
-            await self._record(obj, type, reason, message[:MESSAGE_LIMIT], field_path)
+            await self._record(obj, etype, reason, message, field_path)
         except Exception as exc:
             meta = obj.get("metadata") or {}
             log.warning(

@@ -144,3 +144,49 @@ async def test_events_have_their_own_budget_and_do_not_drain_the_clients(server:
     await clock.advance(0.1)
     await asyncio.wait_for(sixth, timeout=1)
     assert len(server.requests) == 7
+
+
+async def test_started_recorder_never_blocks_the_caller_and_stop_drains(server: Server):
+    """With the sender running, record() only enqueues: a pod sync never waits for its Events
+    even when the event budget is spent; stop() writes what is still queued."""
+    import asyncio
+
+    clock = FakeClock()
+    client = KubeClient(
+        KubeConfig(server="https://k"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=0,
+        retry=RetryPolicy(delays=()),
+    )
+    recorder = EventRecorder(client, host="vk-1", clock=clock, qps=1, burst=1)
+    await recorder.start()
+    for i in range(3):  # budget for one; the caller must not wait for the other two
+        await asyncio.wait_for(
+            recorder.record(POD, type="Normal", reason=f"R{i}", message="m"), timeout=0.5
+        )
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert len(server.requests) == 1  # the sender waits on the event bucket, not the caller
+    await clock.advance(2)
+    stopping = asyncio.ensure_future(recorder.stop(drain_seconds=1))
+    await clock.advance(1)
+    await asyncio.wait_for(stopping, timeout=2)
+    assert [b["reason"] for _, _, b in server.requests] == ["R0", "R1", "R2"]
+
+
+async def test_full_queue_drops_with_a_count_instead_of_blocking(server: Server):
+    clock = FakeClock()
+    client = KubeClient(
+        KubeConfig(server="https://k"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=0,
+        retry=RetryPolicy(delays=()),
+    )
+    recorder = EventRecorder(client, host="vk-1", clock=clock, qps=1, burst=1, queue_size=2)
+    await recorder.start()
+    for i in range(6):
+        await recorder.record(POD, type="Normal", reason=f"R{i}", message="m")
+    assert recorder.dropped >= 3
+    await recorder.stop(drain_seconds=0)
