@@ -14,10 +14,15 @@ Accepted Secrets, as the kubelet (``credentialprovider/secrets.MakeDockerKeyring
 where an entry has ``username``/``password`` or ``auth`` = base64("user:pass") (``auth`` wins,
 as in the kubelet).  Servers are normalized (``https://index.docker.io/v1/`` ≡ ``docker.io``).
 
-What happens when something is wrong — the pod is never blocked by a pull secret:
+What happens when something is wrong:
 
-* A Secret that does not exist (or cannot be read): one Warning ``FailedToRetrieveImagePullSecret``
-  with the kubelet's message, and the pod continues without it (the image may be public).
+* A Secret that does not exist (404): one Warning ``FailedToRetrieveImagePullSecret`` with the
+  kubelet's message, and the pod continues without it (the image may be public).
+* A Secret that cannot be read (403, 5xx, timeout): the pod is held (not created) and retried
+  with backoff, with a Warning naming the secret and the error.  Credentials are applied only
+  at create, so creating without them on a passing error would lose them for the workload's
+  life; a real case is the Node authorizer, which answers 403 until its graph has the new
+  pod's edge to the Secret (seen on kube-apiserver 1.36 a few ms after the pod was created).
 * A Secret that exists but is malformed (wrong type, missing key, bad base64/JSON, an entry
   without username/password): Warning ``InvalidImagePullSecret`` naming the secret and key,
   and the usable rest of it still applies.  The kubelet fails the image pull on an unparsable
@@ -52,6 +57,8 @@ INVALID = "InvalidImagePullSecret"
 class PullSecretResult:
     credentials: tuple[RegistryCredential, ...] = ()
     events: list[Event] = field(default_factory=list)
+    #: "name: error" for Secrets that could not be read (not 404): hold the pod and retry.
+    unreadable: list[str] = field(default_factory=list)
 
 
 def pull_secret_names(pod: Mapping[str, Any]) -> list[str]:
@@ -155,7 +162,10 @@ def resolve_pull_secrets(pod: Mapping[str, Any], secrets: Mapping[str, Lookup]) 
     found: list[RegistryCredential] = []
     for name in pull_secret_names(pod):
         obj = secrets.get(name)
-        if obj is None or isinstance(obj, ReadError):
+        if isinstance(obj, ReadError):
+            out.unreadable.append(f"{name}: {obj.message}")
+            continue
+        if obj is None:
             missing.append(name)
             continue
         creds, problems = parse_secret(name, obj)
@@ -176,6 +186,16 @@ def resolve_pull_secrets(pod: Mapping[str, Any], secrets: Mapping[str, Lookup]) 
                 RETRIEVE_FAILED,
                 f"Unable to retrieve some image pull secrets ({', '.join(missing)}); "
                 "attempting to pull the image may not succeed.",
+            ),
+        )
+    if out.unreadable:
+        out.events.insert(
+            0,
+            Event(
+                "Warning",
+                RETRIEVE_FAILED,
+                f"Unable to read image pull secrets ({'; '.join(out.unreadable)}); "
+                "the pod is created once they can be read.",
             ),
         )
     images = pod_images(pod)

@@ -15,7 +15,7 @@ the key appears, or sooner at its own backoff retry (a cached "not found" is re-
 **imagePullSecrets** are read the same way (by name, through ``RefCache``) but are not
 tracked for change detection: credentials matter when a workload is created, and a rotated
 pull secret must not restart a running one.  The rules are in ``gateway.pods.pullsecrets``; a
-missing pull secret is a Warning event, never a reason to hold the pod back.
+missing pull secret (404) is a Warning event, an unreadable one holds the pod and retries.
 
 Services (for service link variables) are listed per namespace and cached for the same
 interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod.  The team is
@@ -327,6 +327,11 @@ class Resolver:
             lookups[key] = value
         pulls = await self._pull_secrets(pod, ns, lookups)
         out.events.extend(pulls.events)
+        if pulls.unreadable:  # hold the pod: its credentials would be lost for its lifetime
+            reason = "waiting to read image pull secrets: " + "; ".join(pulls.unreadable)
+            for group in ("initContainers", "containers"):
+                for c in spec.get(group) or []:
+                    out.waiting[str(c.get("name"))] = ("ContainerCreating", reason)
         host = self.host_ip()
         sources = EnvSources(
             configmaps={k[2]: v for k, v in lookups.items() if k[0] == "configmaps"},

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway.clock import FakeClock
-from gateway.kube.errors import Conflict, Gone, NotFound
+from gateway.kube.errors import Conflict, Forbidden, Gone, NotFound
 from gateway.pods import status as st
 from translators.base import (
     Capacity,
@@ -50,6 +50,8 @@ class FakeKube:
         self._held: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str, Any]] = []
         self.stats: Counter[tuple[str, str]] = Counter()
+        #: paths whose GET answers 403 (e.g. the Node authorizer before its graph caught up)
+        self.forbidden: set[str] = set()
 
     # -- helpers for tests ---------------------------------------------------------------
 
@@ -136,6 +138,8 @@ class FakeKube:
 
     async def get(self, path: str, *, params: Any = None) -> dict[str, Any]:
         await asyncio.sleep(0)
+        if path in self.forbidden:
+            raise Forbidden(f"{path} is forbidden", status=403, reason="Forbidden")
         obj = self.objects.get(path)
         if obj is None:
             raise NotFound(f"{path} not found", status=404, reason="NotFound")

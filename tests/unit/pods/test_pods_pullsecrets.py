@@ -185,7 +185,7 @@ def test_only_credentials_matching_an_image_reach_the_pod() -> None:
     ]  # quay.io matches no image; the second docker.io login is a duplicate
 
 
-def test_missing_secrets_give_one_kubelet_warning_and_the_pod_continues() -> None:
+def test_missing_secrets_warn_and_continue_unreadable_ones_hold_the_pod() -> None:
     p = pod("busybox", secrets=[{"name": "gone"}, {"name": "ok"}, {"name": "broken"}])
     result = resolve_pull_secrets(
         p,
@@ -199,10 +199,17 @@ def test_missing_secrets_give_one_kubelet_warning_and_the_pod_continues() -> Non
         (
             "Warning",
             RETRIEVE_FAILED,
-            "Unable to retrieve some image pull secrets (gone, broken); attempting to pull "
+            "Unable to read image pull secrets (broken: forbidden); the pod is created once "
+            "they can be read.",
+        ),
+        (
+            "Warning",
+            RETRIEVE_FAILED,
+            "Unable to retrieve some image pull secrets (gone); attempting to pull "
             "the image may not succeed.",
-        )
+        ),
     ]
+    assert result.unreadable == ["broken: forbidden"]
     assert creds(list(result.credentials)) == [("docker.io", "u", "p", "secret/ok")]
 
 
@@ -270,3 +277,26 @@ async def test_pull_secret_that_is_also_an_env_source_is_read_once() -> None:
     res = await r.resolve(p)
     assert res.pod is not None and len(res.pod.registry_credentials) == 1
     assert refs.reads == 1
+
+
+async def test_unreadable_pull_secret_holds_the_pod_until_it_can_be_read() -> None:
+    """A 403 (the Node authorizer answers so until its graph has the new pod's edge to the
+    Secret) must not create the workload without its credentials: they are applied only at
+    create.  The pod waits (and is retried); once readable, the credentials reach the backend."""
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    secret = dockerconfigjson({"ghcr.io": {"auth": b64("bot:pw")}})
+    kube.add({**secret, "metadata": {"name": "regcred", "namespace": "ns"}})
+    kube.forbidden.add("/api/v1/namespaces/ns/secrets/regcred")
+    r, _refs = resolver(kube, clock)
+    p = pod("ghcr.io/acme/app:1", secrets=[{"name": "regcred"}])
+    res = await r.resolve(p)
+    assert res.waiting and all(
+        reason == "ContainerCreating" and "regcred" in msg for reason, msg in res.waiting.values()
+    )
+    assert [(e.type, e.reason) for e in res.events] == [("Warning", RETRIEVE_FAILED)]
+    kube.forbidden.clear()
+    await clock.advance(60)  # past the read cache's retry of failed reads
+    res = await r.resolve(p)
+    assert not res.waiting and res.pod is not None
+    assert creds(list(res.pod.registry_credentials)) == [("ghcr.io", "bot", "pw", "secret/regcred")]
