@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -112,11 +113,24 @@ class GatewayProcess:
         return self
 
     def wait_ready(self, before: tuple[str, str] | None = None) -> None:
-        """Block until the Node exists and the agent has written it or its Lease."""
+        """Block until the Node exists, the agent has written it or its Lease, and the agent
+        its kubelet port accepts connections — the Node is registered before the kubelet
+        server starts, so the Node alone is not "ready" for kubelet tests."""
+
+        def running() -> bool:
+            kubelet = self.settings.get("kubelet") or {}
+            if str(kubelet.get("enabled", True)).lower() in {"false", "0", "no"}:
+                return True
+            address = str(kubelet.get("address") or "127.0.0.1")
+            try:
+                with socket.create_connection((address, int(kubelet.get("port", 10250))), 0.5):
+                    return True
+            except OSError:
+                return False
 
         def touched() -> bool:
             now = self._fingerprint()
-            return now[0] != "" and (before is None or now != before)
+            return now[0] != "" and (before is None or now != before) and running()
 
         wait_for(
             f"gateway {self.node_name} to register its Node",
