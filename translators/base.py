@@ -235,6 +235,10 @@ class PodRef:
 # --------------------------------------------------------------------------- data out
 
 
+def _parse_time(value: str | None) -> _dt.datetime | None:
+    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
 class Phase(enum.StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
@@ -264,6 +268,27 @@ class ContainerState:
     #: The previous termination, when the backend restarted the container.
     last_terminated: ContainerState | None = None
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ContainerState:
+        """From the JSON form used by golden files and benchmarks (field names, RFC 3339 times)."""
+        last = d.get("last_terminated")
+        return cls(
+            name=str(d["name"]),
+            state=str(d.get("state", "waiting")),
+            reason=str(d.get("reason", "")),
+            message=str(d.get("message", "")),
+            exit_code=d.get("exit_code"),
+            signal=d.get("signal"),
+            started_at=_parse_time(d.get("started_at")),
+            finished_at=_parse_time(d.get("finished_at")),
+            restart_count=int(d.get("restart_count", 0)),
+            ready=bool(d.get("ready", False)),
+            image=str(d.get("image", "")),
+            image_id=str(d.get("image_id", "")),
+            container_id=str(d.get("container_id", "")),
+            last_terminated=cls.from_json(last) if last else None,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class WorkloadState:
@@ -289,6 +314,25 @@ class WorkloadState:
     events: tuple[tuple[str, str, str, str], ...] = ()
     #: The node name the workload claims (ownership marker value), for orphan cleanup.
     node_name: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], ref: PodRef) -> WorkloadState:
+        """From the JSON form used by golden files and benchmarks (``ref`` from the pod)."""
+        return cls(
+            ref=ref,
+            backend_id=str(d["backend_id"]),
+            phase=Phase(d.get("phase", "Pending")),
+            reason=str(d.get("reason", "")),
+            message=str(d.get("message", "")),
+            placed=bool(d.get("placed", False)),
+            pod_ip=str(d.get("pod_ip", "")),
+            host_ip=str(d.get("host_ip", "")),
+            started_at=_parse_time(d.get("started_at")),
+            containers=tuple(ContainerState.from_json(c) for c in d.get("containers", [])),
+            init_containers=tuple(
+                ContainerState.from_json(c) for c in d.get("init_containers", [])
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
