@@ -266,25 +266,17 @@ def resolve_volumes(
             result.unsupported.append((name, kind))
             continue
         try:
-            if kind == "configMap":
-                spec = vol["configMap"] or {}
-                obj = str(spec.get("name", ""))
-                files = _object_files(
-                    obj,
-                    sources.configmaps.get(obj, ReadError("not fetched")),
-                    secret=False,
-                    items=spec.get("items"),
-                    optional=bool(spec.get("optional")),
-                    default_mode=_mode(spec.get("defaultMode"), DEFAULT_MODE),
+            if kind in ("configMap", "secret"):
+                secret = kind == "secret"
+                spec = vol[kind] or {}
+                obj = str(spec.get("secretName" if secret else "name", ""))
+                found = (sources.secrets if secret else sources.configmaps).get(
+                    obj, ReadError("not fetched")
                 )
-                resolved.append(ResolvedVolume(name=name, kind=kind, files=tuple(files)))
-            elif kind == "secret":
-                spec = vol["secret"] or {}
-                obj = str(spec.get("secretName", ""))
                 files = _object_files(
                     obj,
-                    sources.secrets.get(obj, ReadError("not fetched")),
-                    secret=True,
+                    found,
+                    secret=secret,
                     items=spec.get("items"),
                     optional=bool(spec.get("optional")),
                     default_mode=_mode(spec.get("defaultMode"), DEFAULT_MODE),
