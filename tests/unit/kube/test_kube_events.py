@@ -31,6 +31,17 @@ class Server:
         return httpx.Response(code, json=body or {})
 
 
+def make_client(server: Server, clock: FakeClock, *, qps: float, burst: int = 100) -> KubeClient:
+    return KubeClient(
+        KubeConfig(server="https://k"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=qps,
+        burst=burst,
+        retry=RetryPolicy(delays=()),
+    )
+
+
 @pytest.fixture
 def server() -> Server:
     return Server()
@@ -39,13 +50,7 @@ def server() -> Server:
 @pytest.fixture
 def recorder(server: Server) -> EventRecorder:
     clock = FakeClock()
-    client = KubeClient(
-        KubeConfig(server="https://k"),
-        transport=httpx.MockTransport(server.handler),
-        clock=clock,
-        qps=0,
-        retry=RetryPolicy(delays=()),
-    )
+    client = make_client(server, clock, qps=0)
     return EventRecorder(client, component="vkgate", host="vk-1", clock=clock)
 
 
@@ -121,14 +126,7 @@ async def test_events_have_their_own_budget_and_do_not_drain_the_clients(server:
     import asyncio
 
     clock = FakeClock()
-    client = KubeClient(
-        KubeConfig(server="https://k"),
-        transport=httpx.MockTransport(server.handler),
-        clock=clock,
-        qps=1,
-        burst=1,
-        retry=RetryPolicy(delays=()),
-    )
+    client = make_client(server, clock, qps=1, burst=1)
     recorder = EventRecorder(client, host="vk-1", clock=clock, qps=10, burst=5)
     for i in range(5):  # five events within the event burst: no waiting at all
         await asyncio.wait_for(
@@ -152,13 +150,7 @@ async def test_started_recorder_never_blocks_the_caller_and_stop_drains(server: 
     import asyncio
 
     clock = FakeClock()
-    client = KubeClient(
-        KubeConfig(server="https://k"),
-        transport=httpx.MockTransport(server.handler),
-        clock=clock,
-        qps=0,
-        retry=RetryPolicy(delays=()),
-    )
+    client = make_client(server, clock, qps=0)
     recorder = EventRecorder(client, host="vk-1", clock=clock, qps=1, burst=1)
     await recorder.start()
     for i in range(3):  # budget for one; the caller must not wait for the other two
@@ -177,13 +169,7 @@ async def test_started_recorder_never_blocks_the_caller_and_stop_drains(server: 
 
 async def test_full_queue_drops_with_a_count_instead_of_blocking(server: Server):
     clock = FakeClock()
-    client = KubeClient(
-        KubeConfig(server="https://k"),
-        transport=httpx.MockTransport(server.handler),
-        clock=clock,
-        qps=0,
-        retry=RetryPolicy(delays=()),
-    )
+    client = make_client(server, clock, qps=0)
     recorder = EventRecorder(client, host="vk-1", clock=clock, qps=1, burst=1, queue_size=2)
     await recorder.start()
     for i in range(6):
