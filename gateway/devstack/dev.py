@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib
@@ -101,29 +99,20 @@ def _timed(label: str, fn: Callable[[], Any]) -> Any:
 
 
 def ensure_binaries(names: list[str]) -> bool:
-    """Build what is missing, with progress on stderr; False (after a message) on failure."""
+    """Build what is missing, with progress lines; False (after a message) on failure."""
     missing = [n for n in names if not build.binary_path(n).exists()]
     if not missing:
         return True
     if not build.go_available():
         say(f"cannot build {', '.join(missing)}: the `go` command (Go 1.26) is not on PATH")
         return False
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("    %(asctime)s %(message)s", "%H:%M:%S"))
-    build.log.addHandler(handler)
-    build.log.setLevel(logging.INFO)
-    try:
-        for name in missing:
-            say(f"building {name} (first run only, about {BUILD_ESTIMATE.get(name, 'minutes')})")
-            started = time.monotonic()
-            try:
-                path = build.ensure(name)
-            except build.BuildError as exc:
-                say(f"building {name} failed:\n{exc}")
-                return False
-            say(f"built {path} ({time.monotonic() - started:.0f} s)")
-    finally:
-        build.log.removeHandler(handler)
+    for name in missing:
+        say(f"building {name} (first run only, about {BUILD_ESTIMATE.get(name, 'minutes')})")
+        try:
+            build.ensure(name, say=say)
+        except build.BuildError as exc:
+            say(f"building {name} failed:\n{exc}")
+            return False
     return True
 
 
