@@ -14,6 +14,7 @@ password, secret) are masked whenever settings are printed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -21,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
+
+from gateway.names import TAINT_EFFECTS, label_value_error, qualified_name_error
 
 SECRET_KEY = re.compile(
     r"(token|password|passwd|secret|credential|account_key|api_key|private_key|application_credential)",
@@ -38,8 +41,13 @@ class ConfigError(ValueError):
         self.key = key
 
 
-def doc(text: str) -> dict[str, str]:
-    return {"doc": text}
+def doc(text: str, *, lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
+    """Field metadata: the one-line docstring and, for numbers, the inclusive bounds that
+    ``validate`` enforces (docs/design/config-bounds.md says why each bound is what it is)."""
+    meta: dict[str, Any] = {"doc": text}
+    if lo is not None or hi is not None:
+        meta["bounds"] = (lo, hi)
+    return meta
 
 
 @dataclass
@@ -64,15 +72,23 @@ class NodeSettings:
         default_factory=dict, metadata=doc("Overrides: cpu, memory, pods, nvidia.com/gpu…")
     )
     status_interval: float = field(
-        default=60.0, metadata=doc("Seconds between forced node status writes")
+        default=60.0, metadata=doc("Seconds between forced node status writes", lo=1, hi=3600)
     )
-    lease_duration: int = field(default=40, metadata=doc("Lease duration in seconds"))
+    lease_duration: int = field(
+        default=40, metadata=doc("Lease duration in seconds", lo=10, hi=3600)
+    )
     lease_renew_interval: float = field(
-        default=10.0, metadata=doc("Seconds between Lease renewals")
+        default=10.0, metadata=doc("Seconds between Lease renewals", lo=1, hi=1800)
     )
-    ping_interval: float = field(default=10.0, metadata=doc("Seconds between backend pings"))
-    ping_timeout: float = field(default=5.0, metadata=doc("Timeout of one backend ping"))
-    ping_failures: int = field(default=3, metadata=doc("Failed pings in a row before Ready=False"))
+    ping_interval: float = field(
+        default=10.0, metadata=doc("Seconds between backend pings", lo=0.1, hi=3600)
+    )
+    ping_timeout: float = field(
+        default=5.0, metadata=doc("Timeout of one backend ping", lo=0.1, hi=300)
+    )
+    ping_failures: int = field(
+        default=3, metadata=doc("Failed pings in a row before Ready=False", lo=1, hi=100)
+    )
     delete_on_shutdown: bool = field(
         default=False, metadata=doc("Delete the Node on clean shutdown")
     )
@@ -84,17 +100,21 @@ class KubeSettings:
         default="", metadata=doc("kubeconfig path; empty: $KUBECONFIG, in-cluster, ~/.kube/config")
     )
     context: str = field(default="", metadata=doc("kubeconfig context"))
-    qps: float = field(default=50.0, metadata=doc("Client requests per second (token bucket)"))
-    burst: int = field(default=100, metadata=doc("Client burst"))
-    event_qps: float = field(default=50.0, metadata=doc("Event writes per second (own budget)"))
-    event_burst: int = field(default=100, metadata=doc("Event write burst"))
-    timeout: float = field(default=30.0, metadata=doc("Request timeout in seconds"))
+    qps: float = field(
+        default=50.0, metadata=doc("Client requests per second (token bucket)", lo=0.1, hi=10000)
+    )
+    burst: int = field(default=100, metadata=doc("Client burst", lo=1, hi=100000))
+    event_qps: float = field(
+        default=50.0, metadata=doc("Event writes per second (own budget)", lo=0.1, hi=10000)
+    )
+    event_burst: int = field(default=100, metadata=doc("Event write burst", lo=1, hi=100000))
+    timeout: float = field(default=30.0, metadata=doc("Request timeout in seconds", lo=1, hi=600))
 
 
 @dataclass
 class KubeletSettings:
     address: str = field(default="", metadata=doc("Listen address; default: the node InternalIP"))
-    port: int = field(default=10250, metadata=doc("Kubelet HTTPS port"))
+    port: int = field(default=10250, metadata=doc("Kubelet HTTPS port", lo=1, hi=65535))
     cert_file: str = field(
         default="", metadata=doc("Serving certificate (PEM); empty: self-signed")
     )
@@ -114,20 +134,25 @@ class KubeletSettings:
 
 @dataclass
 class PodSettings:
-    workers: int = field(default=10, metadata=doc("Pod sync workers"))
+    workers: int = field(default=10, metadata=doc("Pod sync workers", lo=1, hi=1000))
     reconcile_interval: float = field(
-        default=5.0, metadata=doc("Seconds between backend list reconciles")
+        default=5.0, metadata=doc("Seconds between backend list reconciles", lo=0.5, hi=3600)
     )
-    max_retries: int = field(default=10, metadata=doc("Create attempts before giving up"))
-    backoff_base: float = field(default=0.5, metadata=doc("First retry delay (s)"))
-    backoff_max: float = field(default=60.0, metadata=doc("Retry delay cap (s)"))
+    max_retries: int = field(
+        default=10, metadata=doc("Create attempts before giving up", lo=1, hi=1000)
+    )
+    backoff_base: float = field(default=0.5, metadata=doc("First retry delay (s)", lo=0.01, hi=600))
+    backoff_max: float = field(default=60.0, metadata=doc("Retry delay cap (s)", lo=0.01, hi=3600))
     rate_qps: float = field(
-        default=20.0, metadata=doc("Retry rate limit (first attempts are not limited)")
+        default=20.0,
+        metadata=doc("Retry rate limit (first attempts are not limited)", lo=0.1, hi=10000),
     )
     enable_service_links: bool = field(default=True, metadata=doc("Honour enableServiceLinks"))
     config_refresh_interval: float = field(
         default=30.0,
-        metadata=doc("Seconds between re-reads of ConfigMaps/Secrets that pods reference"),
+        metadata=doc(
+            "Seconds between re-reads of ConfigMaps/Secrets that pods reference", lo=1, hi=86400
+        ),
     )
 
 
@@ -286,13 +311,64 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     cur[parts[-1]] = value
 
 
+def _check_bounds(obj: Any, prefix: str) -> None:
+    """Every numeric field with ``bounds`` metadata, recursively: finite and within bounds.
+
+    A zero interval makes a loop spin (a reconcile every 0 s is 90+ % CPU), a negative timeout
+    never returns; bounds keep every setting in the range where the agent still works."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            _check_bounds(value, key)
+            continue
+        bounds = f.metadata.get("bounds")
+        if bounds is None or not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        lo, hi = bounds
+        if (
+            not math.isfinite(value)
+            or (lo is not None and value < lo)
+            or (hi is not None and value > hi)
+        ):
+            kind = "an integer" if isinstance(value, int) else "a number"
+            raise ConfigError(key, f"expected {kind} in {_fmt(lo)}..{_fmt(hi)}, got {value!r}")
+
+
+def _fmt(bound: float | None) -> str:
+    if bound is None:
+        return ""
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+def _check_names(s: Settings) -> None:
+    for key, value in s.node.labels.items():
+        if (err := qualified_name_error(key)) is not None:
+            raise ConfigError(f"node.labels.{key}", f"invalid label key {err}")
+        if (err := label_value_error(value)) is not None:
+            raise ConfigError(f"node.labels.{key}", f"invalid label value {err}")
+    taint = s.node.taint
+    if taint is not None:
+        if (err := qualified_name_error(taint.key)) is not None:
+            raise ConfigError("node.taint.key", f"invalid taint key {err}")
+        if (err := label_value_error(taint.value)) is not None:
+            raise ConfigError("node.taint.value", f"invalid taint value {err}")
+        if taint.effect not in TAINT_EFFECTS:
+            raise ConfigError(
+                "node.taint.effect",
+                f"must be NoSchedule, PreferNoSchedule or NoExecute, got {taint.effect!r}",
+            )
+    for res in s.node.capacity:
+        if (err := qualified_name_error(res)) is not None:
+            raise ConfigError(f"node.capacity.{res}", f"invalid resource name {err}")
+
+
 def validate(s: Settings) -> Settings:
     if s.backend.kind not in BACKENDS:
         raise ConfigError(
             "backend.kind", f"must be one of {', '.join(BACKENDS)}, got {s.backend.kind!r}"
         )
-    if not 1 <= s.kubelet.port <= 65535:
-        raise ConfigError("kubelet.port", f"expected an integer in 1..65535, got {s.kubelet.port}")
+    _check_bounds(s, "")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", s.node.name):
         raise ConfigError("node.name", f"must be a DNS subdomain (lowercase), got {s.node.name!r}")
     if s.log.level.lower() not in {"debug", "info", "warning", "error"}:
@@ -301,15 +377,7 @@ def validate(s: Settings) -> Settings:
         )
     if s.log.format not in {"text", "json"}:
         raise ConfigError("log.format", f"must be text or json, got {s.log.format!r}")
-    if s.node.taint is not None and s.node.taint.effect not in {
-        "NoSchedule",
-        "PreferNoSchedule",
-        "NoExecute",
-    }:
-        raise ConfigError(
-            "node.taint.effect",
-            f"must be NoSchedule, PreferNoSchedule or NoExecute, got {s.node.taint.effect!r}",
-        )
+    _check_names(s)
     if s.kubelet.authorization not in {"webhook", "always-allow"}:
         raise ConfigError(
             "kubelet.authorization",
@@ -322,10 +390,17 @@ def validate(s: Settings) -> Settings:
             parse_quantity(q)
         except ValueError as exc:
             raise ConfigError(f"node.capacity.{res}", str(exc)) from None
-    if s.pods.workers < 1:
-        raise ConfigError("pods.workers", "must be at least 1")
-    if s.node.ping_timeout <= 0 or s.node.ping_interval <= 0:
-        raise ConfigError("node.ping_timeout", "ping interval and timeout must be positive")
+    if s.node.lease_renew_interval >= s.node.lease_duration:
+        raise ConfigError(
+            "node.lease_renew_interval",
+            f"must be shorter than node.lease_duration ({s.node.lease_duration} s), "
+            f"got {s.node.lease_renew_interval}",
+        )
+    if s.pods.backoff_base > s.pods.backoff_max:
+        raise ConfigError(
+            "pods.backoff_base",
+            f"must not exceed pods.backoff_max ({s.pods.backoff_max}), got {s.pods.backoff_base}",
+        )
     return s
 
 
@@ -340,9 +415,18 @@ def load(
     if path is not None:
         p = Path(path)
         try:
-            data = tomllib.loads(p.read_text())
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(str(p), "file not found") from None
+        except IsADirectoryError:
+            raise ConfigError(str(p), "is a directory, not a TOML file") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                str(p),
+                f"not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r})",
+            ) from None
+        except OSError as exc:
+            raise ConfigError(str(p), f"cannot read: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(str(p), f"invalid TOML: {exc}") from None
     data = _merge(data, _env_overrides(os.environ if environ is None else environ))

@@ -117,6 +117,7 @@ class KubeConfig:
 def load_config(path: str = "", *, context: str = "") -> KubeConfig:
     """Load credentials with the ``kubernetes`` package: ``path``, else ``$KUBECONFIG``, else
     in-cluster (service account), else ``~/.kube/config``.  Raises ``StartupError``."""
+    import yaml
     from kubernetes import client as kclient
     from kubernetes.config import incluster_config, kube_config
     from kubernetes.config.config_exception import ConfigException
@@ -142,8 +143,10 @@ def load_config(path: str = "", *, context: str = "") -> KubeConfig:
                 client_configuration=cfg,
                 persist_config=False,
             )
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        raise StartupError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
+    except (ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
+        # one line: YAML parser messages span several (mark, snippet, caret)
+        reason = " ".join(str(exc).split())
+        raise StartupError(f"cannot load Kubernetes credentials from {source}: {reason}") from exc
 
     def token_source() -> str | None:
         value: str | None = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")

@@ -32,6 +32,7 @@ from typing import Any
 
 import h11
 
+from gateway.errors import StartupError
 from gateway.kubelet.certs import CertStore
 
 log = logging.getLogger(__name__)
@@ -316,7 +317,12 @@ class HttpServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._on_connect, self._host, self._port)
+        try:
+            self._server = await asyncio.start_server(self._on_connect, self._host, self._port)
+        except OSError as exc:  # port in use, address not on this host, no permission
+            raise StartupError(
+                f"{self._name}: cannot listen on {self._host}:{self._port}: {exc.strerror or exc}"
+            ) from exc
         log.info("%s: listening on %s:%d", self._name, self._host, self.port)
 
     async def stop(self) -> None:
