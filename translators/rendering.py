@@ -34,7 +34,6 @@ import base64
 import contextlib
 import contextvars
 import fnmatch
-import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,7 +43,6 @@ from typing import Any
 
 import jinja2
 import jinja2.meta
-import yaml
 from jinja2.exceptions import SecurityError
 
 from translators import schemas
@@ -56,6 +54,7 @@ from translators.base import (
     TranslationError,
 )
 from translators.filters import FILTERS
+from translators.output import parse_output
 from translators.sandbox import LimitedSandbox, LimitExceeded, RenderLimits, run_limited
 
 __all__ = [
@@ -410,7 +409,18 @@ class Renderer:
         """Render, parse and validate.  ``schema`` defaults to ``context["backend"]``;
         ``""`` skips validation (as does ``Renderer(validate=False)``)."""
         text = self.render_text(template, context)
-        spec = parse_output(template, text)
+        limits = self.limits
+        try:
+            spec = run_limited(
+                lambda: parse_output(
+                    template, text, max_size=limits.max_output, max_depth=limits.max_depth
+                ),
+                limits,
+            )
+        except TranslationError:
+            raise
+        except Exception as exc:
+            raise _translation_error(exc, template) from exc
         kind = str(context.get("backend", "")) if schema is None else schema
         if self.validate and kind:
             try:
@@ -464,28 +474,6 @@ def _normalize(overlay: Mapping[str, OverlayTemplate | str]) -> dict[str, Overla
         _check_name(name)
         out[name] = value if isinstance(value, OverlayTemplate) else OverlayTemplate(value)
     return out
-
-
-def parse_output(template: str, text: str) -> Any:
-    """JSON (or YAML for ``*.yaml.j2``/``*.yml.j2``) → data; errors name the output line."""
-    if template.endswith((".yaml.j2", ".yml.j2")):
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (output line {mark.line + 1})" if mark is not None else ""
-            raise TranslationError(
-                f"output is not valid YAML{where}: {exc}", template=template
-            ) from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        lines = text.splitlines()
-        bad = lines[exc.lineno - 1].strip() if 0 < exc.lineno <= len(lines) else ""
-        raise TranslationError(
-            f"output is not valid JSON: {exc.msg} at output line {exc.lineno}: {bad[:120]!r}",
-            template=template,
-        ) from exc
 
 
 def _translation_error(exc: BaseException, template: str) -> TranslationError:

@@ -53,8 +53,10 @@ class RenderLimits:
 
     #: Wall-clock seconds for one render (compile included).
     timeout: float = 2.0
-    #: Characters of rendered output.
+    #: Characters of rendered output, and of the parsed output once YAML aliases are expanded.
     max_output: int = 4 * 2**20
+    #: Nesting depth of the parsed output (lists and objects).
+    max_depth: int = 64
     #: Characters/items of any single string or list a template builds.
     max_value: int = 4 * 2**20
     #: Characters/items all guarded operations of one render may build in total.

@@ -10,15 +10,19 @@ so ``vkgate config check`` and the agent's start-up can name it.  The gateway's 
 treats backend tables as free-form; this dataclass is their schema.
 
 Per-pod overrides (annotations ``vkgate.io/nomad-namespace``, ``-region``, ``-datacenters``,
-``-priority``, ``-node-pool``) are read in ``jobs.py``.  Namespace and region overrides must
-name a value listed in ``namespaces`` / ``regions``: letting any Kubernetes user pick an
-arbitrary Nomad namespace would turn a pod annotation into a privilege, and the backstop list
-and the event stream must know every namespace/region they have to watch.
+``-priority``, ``-node-pool``) are read in ``jobs.py``, and every one is behind an allow-list:
+namespace and region must be listed in ``namespaces`` / ``regions``, datacenters must match
+``datacenters`` or be listed in ``allowed_datacenters``, the node pool must be ``node_pool`` or
+listed in ``node_pools``, and the priority must not exceed ``max_priority``.  Letting any
+Kubernetes user pick an arbitrary Nomad namespace, node pool or priority would turn a pod
+annotation into a privilege (preempting other teams' jobs, running on reserved nodes), and the
+backstop list and the event stream must know every namespace/region they have to watch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import os
 import re
@@ -89,6 +93,13 @@ class NomadConfig:
     """Extra namespaces a pod may pick with the vkgate.io/nomad-namespace annotation."""
     regions: tuple[str, ...] = ()
     """Extra regions a pod may pick with the vkgate.io/nomad-region annotation."""
+    allowed_datacenters: tuple[str, ...] = ()
+    """Datacenters a pod may pick with vkgate.io/nomad-datacenters besides those that
+    ``datacenters`` matches."""
+    node_pools: tuple[str, ...] = ()
+    """Extra node pools a pod may pick with the vkgate.io/nomad-node-pool annotation."""
+    max_priority: int = 0
+    """Highest priority a pod may ask for with vkgate.io/nomad-priority; 0: ``priority``."""
     mhz_per_core: float = 0.0
     """F, MHz per Kubernetes core. 0: Σ CpuShares ÷ Σ cores of the eligible nodes, else 1000."""
     priority: int = 50
@@ -136,6 +147,21 @@ class NomadConfig:
     def all_regions(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.region, *self.regions)))
 
+    @property
+    def all_node_pools(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.node_pool or "default", *self.node_pools)))
+
+    @property
+    def pod_max_priority(self) -> int:
+        return self.max_priority or self.priority
+
+    def datacenter_allowed(self, dc: str) -> bool:
+        """A datacenter a pod may name: matched by a ``datacenters`` glob, or listed in
+        ``allowed_datacenters`` (a pod's own glob must be listed verbatim)."""
+        return dc in self.allowed_datacenters or any(
+            fnmatch.fnmatchcase(dc, pattern) for pattern in self.datacenters
+        )
+
     @classmethod
     def from_settings(
         cls, table: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
@@ -180,7 +206,7 @@ def _str_list(key: str, value: Any) -> tuple[str, ...]:
 
 def _coerce(key: str, value: Any) -> Any:
     try:
-        if key in {"datacenters", "namespaces", "regions"}:
+        if key in {"datacenters", "namespaces", "regions", "allowed_datacenters", "node_pools"}:
             out = _str_list(key, value)
             if key == "datacenters" and not out:
                 out = ("*",)
@@ -191,12 +217,21 @@ def _coerce(key: str, value: Any) -> Any:
             if str(value).lower() in {"1", "true", "yes", "on", "0", "false", "no", "off", ""}:
                 return str(value).lower() in {"1", "true", "yes", "on"}
             raise _bad(key, f"expected true or false, got {value!r}")
-        if key in {"priority", "pods", "restart_attempts", "max_connections", "stats_concurrency"}:
+        if key in {
+            "priority",
+            "max_priority",
+            "pods",
+            "restart_attempts",
+            "max_connections",
+            "stats_concurrency",
+        }:
             if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
                 raise _bad(key, f"expected an integer, got {value!r}")
             n = int(value)
             if key == "priority" and not 1 <= n <= 100:
                 raise _bad(key, f"must be in 1..100, got {n}")
+            if key == "max_priority" and not 0 <= n <= 100:
+                raise _bad(key, f"must be in 1..100 (0: priority), got {n}")
             if key == "stats_concurrency" and n < 1:
                 raise _bad(key, f"must be at least 1, got {n}")
             if key == "max_connections" and not 1 <= n < 100:

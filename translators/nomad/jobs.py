@@ -409,12 +409,32 @@ def overrides(annotations: Mapping[str, str], cfg: NomadConfig) -> dict[str, Any
         dcs = [d.strip() for d in v.split(",") if d.strip()]
         if not dcs:
             raise TranslationError("expected a comma-separated list", field=field("datacenters"))
+        denied = [d for d in dcs if not cfg.datacenter_allowed(d)]
+        if denied:
+            raise TranslationError(
+                f"Nomad datacenters {', '.join(map(repr, denied))} are not allowed (allowed: "
+                f"{', '.join((*cfg.datacenters, *cfg.allowed_datacenters))}; add them to "
+                "backend.nomad.allowed_datacenters)",
+                field=field("datacenters"),
+            )
         out["datacenters"] = dcs
     if (v := annotations.get(ANNOTATION + "priority")) is not None:
         if not v.strip().isdigit() or not 1 <= int(v) <= 100:
             raise TranslationError(f"expected 1..100, got {v!r}", field=field("priority"))
+        if int(v) > cfg.pod_max_priority:
+            raise TranslationError(
+                f"Nomad priority {int(v)} is not allowed (at most {cfg.pod_max_priority}; "
+                "raise backend.nomad.max_priority)",
+                field=field("priority"),
+            )
         out["priority"] = int(v)
     if (v := annotations.get(ANNOTATION + "node-pool")) is not None:
+        if v.strip() not in cfg.all_node_pools:
+            raise TranslationError(
+                f"Nomad node pool {v.strip()!r} is not allowed (allowed: "
+                f"{', '.join(cfg.all_node_pools)}; add it to backend.nomad.node_pools)",
+                field=field("node-pool"),
+            )
         out["node_pool"] = v.strip()
     return out
 

@@ -37,6 +37,9 @@ SETTINGS: dict[str, Any] = {
     "mhz_per_core": 2000,
     "datacenters": ["dc1"],
     "namespaces": ["analytics"],
+    "allowed_datacenters": ["dc2"],
+    "node_pools": ["batch"],
+    "max_priority": 80,
     "restart_delay": "10s",
 }
 NOW = _dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=_dt.UTC)

@@ -217,7 +217,16 @@ def test_restart_policy_table() -> None:
 
 
 def test_overrides_respect_the_allow_lists() -> None:
-    cfg = NomadConfig.from_settings({"namespaces": ["batch"], "regions": ["eu"]}, environ={})
+    cfg = NomadConfig.from_settings(
+        {
+            "namespaces": ["batch"],
+            "regions": ["eu"],
+            "datacenters": ["dc1"],
+            "allowed_datacenters": ["dc2"],
+            "max_priority": 90,
+        },
+        environ={},
+    )
     got = overrides(
         {
             "vkgate.io/nomad-namespace": "batch",
@@ -238,6 +247,54 @@ def test_overrides_respect_the_allow_lists() -> None:
     assert err.value.field == "metadata.annotations[vkgate.io/nomad-namespace]"
     with pytest.raises(TranslationError, match=r"1\.\.100"):
         overrides({"vkgate.io/nomad-priority": "high"}, cfg)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "message"),
+    [
+        ("priority", "100", "priority 100 is not allowed (at most 50"),
+        ("priority", "51", "priority 51 is not allowed"),
+        ("datacenters", "dc1,dc9", "'dc9' are not allowed"),
+        ("datacenters", "*", "'*' are not allowed"),
+        ("node-pool", "all", "node pool 'all' is not allowed"),
+        ("node-pool", "gpu", "node pool 'gpu' is not allowed"),
+    ],
+)
+def test_priority_datacenters_and_node_pool_need_the_allow_lists(
+    annotation: str, value: str, message: str
+) -> None:
+    """By default a pod may lower its priority, narrow its datacenters and use the default
+    node pool, but not escape them (one pod got priority 100 and node pool "all")."""
+    cfg = NomadConfig.from_settings({"datacenters": ["dc1", "eu-*"]}, environ={})
+    key = f"vkgate.io/nomad-{annotation}"
+    with pytest.raises(TranslationError, match=re.escape(message)) as err:
+        overrides({key: value}, cfg)
+    assert err.value.field == f"metadata.annotations[{key}]"
+
+
+def test_allowed_values_pass_the_allow_lists() -> None:
+    default = NomadConfig.from_settings({"datacenters": ["dc1", "eu-*"]}, environ={})
+    got = overrides(
+        {
+            "vkgate.io/nomad-priority": "20",
+            "vkgate.io/nomad-datacenters": "eu-west",
+            "vkgate.io/nomad-node-pool": "default",
+        },
+        default,
+    )
+    assert (got["priority"], got["datacenters"], got["node_pool"]) == (20, ["eu-west"], "default")
+    opened = NomadConfig.from_settings(
+        {"node_pools": ["gpu"], "max_priority": 100, "allowed_datacenters": ["dc9"]}, environ={}
+    )
+    got = overrides(
+        {
+            "vkgate.io/nomad-priority": "100",
+            "vkgate.io/nomad-datacenters": "dc9",
+            "vkgate.io/nomad-node-pool": "gpu",
+        },
+        opened,
+    )
+    assert (got["priority"], got["datacenters"], got["node_pool"]) == (100, ["dc9"], "gpu")
 
 
 # -- after rendering ---------------------------------------------------------------------

@@ -1,0 +1,124 @@
+"""Hostile templates cannot hurt the agent: a YAML "billion laughs", alias cycles and
+bracket nesting beyond the recursion limit each end as a ``TranslationError`` with a message,
+quickly, before anything serialises the expanded data (docs/design/template-safety.md).
+The same bombs through ``vkgate render`` (a real process: exit code, one line, peak RSS)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from translators.base import TranslationError
+from translators.rendering import Renderer
+
+
+def laughs(levels: int = 9, fan: int = 9) -> str:
+    """``levels`` anchors, each a list of ``fan`` aliases of the one before: fan**levels
+    strings once expanded (9**9 ≈ 387 million) from a few hundred bytes of text."""
+    names = [f"l{i}" for i in range(levels)]
+    lines = [f"{names[0]}: &{names[0]} [{', '.join(['lol'] * fan)}]"]
+    for prev, name in itertools.pairwise(names):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * fan)}]")
+    return "\n".join(lines) + "\n"
+
+
+DEEP = "[" * 200_000
+BOMBS = {
+    "nomad/laughs.yaml.j2": (laughs(), "output expands to more than"),
+    "nomad/deep.j2": (DEEP, "output nests deeper than 64 levels"),
+    "nomad/deep.yaml.j2": (DEEP, "output nests deeper than 64 levels"),
+    "nomad/closed.j2": ("[" * 5000 + "]" * 5000, "output nests deeper than 64 levels"),
+    "nomad/cycle.yaml.j2": ("a: &a [1, *a]\n", "output refers to itself"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_bombs_are_translation_errors(name: str) -> None:
+    source, message = BOMBS[name]
+    renderer = Renderer(overlay={name: source}, validate=False)
+    started = time.monotonic()
+    with pytest.raises(TranslationError) as info:
+        renderer.render(name, {})
+    assert message in str(info.value)
+    assert info.value.template == name
+    assert time.monotonic() - started < 5.0
+
+
+def test_aliases_and_nesting_within_the_bounds_still_render() -> None:
+    small = laughs(levels=3, fan=3) + "x: " + "[" * 60 + "]" * 60 + "\n"
+    spec = Renderer(overlay={"nomad/ok.yaml.j2": small}, validate=False).render(
+        "nomad/ok.yaml.j2", {}
+    )
+    assert spec["l2"] == [[["lol"] * 3] * 3] * 3
+
+
+def test_the_expanded_size_is_what_is_bounded() -> None:
+    """Text well under the limit whose aliases expand past it is refused; the same
+    data spelled out under the limit is not."""
+    from translators.sandbox import RenderLimits
+
+    limits = RenderLimits(max_output=3000)
+    expands = laughs(levels=4, fan=4)  # 256 strings: ~2300 characters as JSON
+    assert len(expands) < 200
+    Renderer(overlay={"nomad/a.yaml.j2": expands}, validate=False, limits=limits).render(
+        "nomad/a.yaml.j2", {}
+    )
+    bigger = laughs(levels=5, fan=4)  # 1024 strings
+    with pytest.raises(TranslationError, match="expands to more than 3000 characters"):
+        Renderer(overlay={"nomad/b.yaml.j2": bigger}, validate=False, limits=limits).render(
+            "nomad/b.yaml.j2", {}
+        )
+
+
+POD = """apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: default, uid: 5e1f0000-0000-0000-0000-000000000001}
+spec:
+  containers: [{name: app, image: busybox, command: [sleep, "1"]}]
+"""
+
+
+@pytest.mark.parametrize("name", ["nomad/laughs.yaml.j2", "nomad/deep.j2", "nomad/deep.yaml.j2"])
+def test_vkgate_render_answers_a_bomb_with_one_line(tmp_path: Path, name: str) -> None:
+    source, message = BOMBS[name]
+    (tmp_path / "nomad").mkdir()
+    (tmp_path / name).write_text(source)
+    (tmp_path / "pod.yaml").write_text(POD)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "render",
+            str(tmp_path / "pod.yaml"),
+            "--backend",
+            "nomad",
+            "--templates-dir",
+            str(tmp_path),
+            "--template",
+            name,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    with proc.stdout, proc.stderr:
+        out, err = proc.stdout.read(), proc.stderr.read()  # a few bytes: no pipe deadlock
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own peak RSS
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, err
+    assert out == ""
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+    peak_mb = usage.ru_maxrss / 1024
+    print(f"{name}: {elapsed:.2f} s, peak RSS {peak_mb:.0f} MB")
+    assert peak_mb < 150
+    assert elapsed < 20
