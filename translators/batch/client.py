@@ -191,12 +191,18 @@ def _as_json(model: Any) -> JSON:
 # --------------------------------------------------------------------------- client
 
 
-def make_credential(settings: BatchSettings) -> Any:
-    """Shared key (default) or azure-identity's DefaultAzureCredential (explicit opt-in only)."""
+def make_credential(settings: BatchSettings, http_client: httpx.AsyncClient) -> Any:
+    """Shared key, or azure-identity's ``DefaultAzureCredential`` (docs/backends/batch.md).
+
+    The credential's token requests go through ``http_client`` too: azure-core's default async
+    transport needs aiohttp, which vkgate does not install, so without this every token request
+    of the identity path would fail.  The transport does not own the client (the Batch client
+    closes it).
+    """
     if settings.auth == "azure_identity":
         from azure.identity.aio import DefaultAzureCredential
 
-        return DefaultAzureCredential()
+        return DefaultAzureCredential(transport=HttpxTransport(http_client, owns_client=False))
     return AzureNamedKeyCredential(settings.account_name, settings.account_key)
 
 
@@ -230,11 +236,11 @@ class BatchApi:
         if self._sdk is None:
             from azure.batch.aio import BatchClient
 
-            if self._credential is None:
-                self._credential = make_credential(self.settings)
             client = self._http_client or httpx.AsyncClient(
                 timeout=httpx.Timeout(self.settings.request_timeout)
             )
+            if self._credential is None:
+                self._credential = make_credential(self.settings, client)
             kwargs: dict[str, Any] = {
                 "transport": HttpxTransport(client),
                 "retry_total": 0,
@@ -256,10 +262,10 @@ class BatchApi:
             if self._http_client is not None:
                 await self._http_client.aclose()
             return
-        await self._sdk.close()
         closer = getattr(self._credential, "close", None)
         if closer is not None:
             await closer()
+        await self._sdk.close()
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]]) -> T:
         attempt = 0

@@ -6,9 +6,11 @@ place that reads and validates it, so a typo fails at startup naming the key
 ``VKGATE_BACKEND__BATCH__ACCOUNT_KEY`` (the generic settings mechanism) or the Azure CLI's
 conventional ``AZURE_BATCH_ACCOUNT`` / ``AZURE_BATCH_ACCESS_KEY`` / ``AZURE_BATCH_ENDPOINT``.
 
-Credentials are a shared key by default.  ``auth = "azure_identity"`` switches to azure-identity's
-``DefaultAzureCredential``; it is never the default because its managed-identity probe contacts the
-cloud metadata address.
+Credentials follow the Azure SDK convention (docs/backends/batch.md): a shared key when one is
+configured (``account_key`` or ``$AZURE_BATCH_ACCESS_KEY``), otherwise azure-identity's
+``DefaultAzureCredential`` (``AZURE_TENANT_ID`` / ``AZURE_CLIENT_ID`` / ``AZURE_CLIENT_SECRET``,
+workload identity, managed identity, the Azure CLI login …).  ``auth = "shared_key"`` or
+``"azure_identity"`` forces one; the default ``auto`` picks as described.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class BatchSettings:
     job_id: str
     """vkgate's job for this node; default ``vkgate-<node name>``."""
     auth: str = "shared_key"
-    """``shared_key`` (account_name + account_key) or ``azure_identity``."""
+    """Resolved: ``shared_key`` (account_name + account_key) or ``azure_identity``."""
     account_name: str = ""
     account_key: str = field(default="", repr=False)
     api_version: str = ""
@@ -199,9 +201,11 @@ def parse_settings(
         if k not in known:
             raise BatchSettingsError(k, f"unknown setting (known: {', '.join(sorted(known))})")
 
-    auth = _choice(table, "auth", "shared_key", ("shared_key", "azure_identity"))
+    auth = _choice(table, "auth", "auto", ("auto", "shared_key", "azure_identity"))
     account = _str(table, "account_name") or env.get(ENV_ACCOUNT, "")
     key = _str(table, "account_key") or env.get(ENV_KEY, "")
+    if auth == "auto":
+        auth = "shared_key" if key else "azure_identity"
     endpoint = _str(table, "endpoint") or env.get(ENV_ENDPOINT, "")
     if not endpoint:
         raise BatchSettingsError(

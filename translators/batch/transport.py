@@ -10,9 +10,10 @@ without any monkeypatching.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
@@ -84,6 +85,10 @@ class HttpxTransport(AsyncHttpTransport[HttpRequest, AsyncHttpResponse]):
     async def send(self, request: HttpRequest, **kwargs: Any) -> AsyncHttpResponse:
         stream = bool(kwargs.get("stream", False))
         content = request.content
+        if isinstance(content, Mapping):
+            # A form (``HttpRequest(data=…)``): azure-identity's token requests are
+            # application/x-www-form-urlencoded; azure-core leaves the encoding to the transport.
+            content = urlencode(content, doseq=True)
         if isinstance(content, str):
             content = content.encode("utf-8")
         headers = httpx.Headers(dict(request.headers))

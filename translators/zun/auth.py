@@ -1,45 +1,38 @@
 """Keystone authentication for the Zun backend: token, catalog endpoint, project id.
 
-keystoneauth1 (the library openstacksdk uses) does the Keystone protocol: plugins for
-passwords, application credentials and tokens, the service catalog, token caching.  It is
-**synchronous** (``requests``), so every call into it runs in a worker thread via
-``asyncio.to_thread`` and an ``asyncio.Lock`` keeps concurrent requests from starting a
+Configuration is loaded the way every OpenStack client loads it: openstacksdk's config loader
+(``openstack.config.loader.OpenStackConfig``) reads ``clouds.yaml`` and ``secure.yaml`` from
+the usual places (or ``$OS_CLIENT_CONFIG_FILE`` / ``$OS_CLIENT_SECURE_FILE``), expands vendor
+profiles (``profile:``), selects the cloud (``cloud`` setting, ``$OS_CLOUD``, the ``OS_*``
+variables) and region, and builds the keystoneauth session.  ``[backend.zun]`` keys (``auth``,
+``auth_type``, ``region_name``, ``interface``, ``verify``, ``cacert``) override what it found.
+See docs/backends/zun.md.
+
+keystoneauth1 is **synchronous** (``requests``), so every call into it runs in a worker thread
+via ``asyncio.to_thread`` and an ``asyncio.Lock`` keeps concurrent requests from starting a
 thundering herd of re-authentications.  The data path (``client.py``) never touches it: it
 only asks for ``token()`` and ``endpoint()`` and calls ``invalidate()`` after a 401.
-
-Where credentials come from, first match wins for each value:
-
-1. ``[backend.zun]`` keys (``auth`` table or flat ``auth_url``/``password``…),
-2. the ``clouds.yaml`` entry named by ``cloud`` or ``$OS_CLOUD`` (plus ``secure.yaml``),
-3. ``OS_*`` environment variables (``OS_AUTH_URL``, ``OS_USERNAME`` …).
-
-openstacksdk is deliberately not used to read clouds.yaml: it is a large dependency with no
-Zun support, and the file format needed here is small.  ``requests_session`` is the transport
-seam for tests (a ``requests.Session`` with an adapter that routes to the fake Keystone).
+``requests_session`` is the transport seam for tests (a ``requests.Session`` with an adapter
+that routes to the fake Keystone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import functools
 import logging
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
-
-import yaml
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from translators.base import BackendAuthError, BackendError, BackendUnavailable
-from translators.zun.config import AUTH_KEYS, ZunConfig, ZunConfigError
+from translators.zun.config import ZunConfig, ZunConfigError
+
+if TYPE_CHECKING:
+    from openstack.config.cloud_region import CloudRegion
 
 log = logging.getLogger(__name__)
-
-#: Environment variable → keystoneauth option.
-ENV_AUTH = {f"OS_{k.upper()}": k for k in AUTH_KEYS}
-ENV_AUTH["OS_TENANT_NAME"] = "project_name"
-ENV_AUTH["OS_TENANT_ID"] = "project_id"
 
 #: The official name of the service type; python-zunclient and most catalogs use "container".
 SERVICE_TYPE_ALIASES = ("container", "application-container")
@@ -64,124 +57,85 @@ class ZunAuth(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Credentials:
-    """Everything needed to build a keystoneauth session (secrets included: never log)."""
-
-    auth_type: str
-    auth: Mapping[str, str]
-    region_name: str = ""
-    interface: str = "public"
-    verify: bool = True
-    cacert: str = ""
-    source: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        """Safe one-line description for logs (no secrets)."""
-        who = (
-            self.auth.get("username")
-            or self.auth.get("user_id")
-            or ("app-credential " + self.auth.get("application_credential_id", ""))
-        )
-        return f"{self.auth_type} {who} @ {self.auth.get('auth_url', '?')} (from {self.source})"
-
-
-# --------------------------------------------------------------------------- clouds.yaml
-
-
-def clouds_yaml_paths(environ: Mapping[str, str], name: str = "clouds.yaml") -> list[Path]:
-    """openstacksdk's search order: $OS_CLIENT_CONFIG_FILE, ./, ~/.config/openstack, /etc."""
-    paths: list[Path] = []
-    if name == "clouds.yaml" and environ.get("OS_CLIENT_CONFIG_FILE"):
-        paths.append(Path(environ["OS_CLIENT_CONFIG_FILE"]))
-    home = Path(environ.get("HOME", str(Path.home())))
-    paths += [Path.cwd() / name, home / ".config/openstack" / name, Path("/etc/openstack") / name]
-    return paths
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ZunConfigError("clouds_file", f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ZunConfigError("clouds_file", f"{path}: expected a mapping")
-    return data
-
-
-def load_cloud(
-    cloud: str, *, clouds_file: str = "", environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """The ``clouds.<cloud>`` entry, merged with the same entry of ``secure.yaml``."""
-    env = os.environ if environ is None else environ
-    candidates = [Path(clouds_file)] if clouds_file else clouds_yaml_paths(env)
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        where = ", ".join(str(p) for p in candidates)
-        raise ZunConfigError("cloud", f"cloud {cloud!r} requested but no clouds.yaml in {where}")
-    clouds = _read_yaml(found).get("clouds") or {}
-    if cloud not in clouds:
-        raise ZunConfigError(
-            "cloud", f"no cloud {cloud!r} in {found} (has: {', '.join(sorted(clouds)) or 'none'})"
-        )
-    entry: dict[str, Any] = dict(clouds[cloud] or {})
-    secure = next((p for p in clouds_yaml_paths(env, "secure.yaml") if p.is_file()), None)
-    if secure is not None:
-        extra = (_read_yaml(secure).get("clouds") or {}).get(cloud) or {}
-        entry["auth"] = {**(entry.get("auth") or {}), **(extra.get("auth") or {})}
-        entry.update({k: v for k, v in extra.items() if k != "auth"})
-    entry["_source"] = f"{found}#{cloud}"
-    return entry
-
-
-def resolve_credentials(cfg: ZunConfig, environ: Mapping[str, str] | None = None) -> Credentials:
-    """Merge settings, clouds.yaml and OS_* variables (see the module docstring)."""
-    env = os.environ if environ is None else environ
-    cloud_name = cfg.cloud or env.get("OS_CLOUD", "")
-    auth: dict[str, str] = {}
-    base: dict[str, Any] = {}
-    if cloud_name:
-        base = load_cloud(cloud_name, clouds_file=cfg.clouds_file, environ=env)
-        auth.update({str(k): str(v) for k, v in (base.get("auth") or {}).items()})
-        source = str(base["_source"])
-    else:
-        auth.update({opt: env[var] for var, opt in ENV_AUTH.items() if env.get(var)})
-        base = {
-            "region_name": env.get("OS_REGION_NAME", ""),
-            "interface": env.get("OS_INTERFACE", ""),
-            "auth_type": env.get("OS_AUTH_TYPE", ""),
-            "cacert": env.get("OS_CACERT", ""),
-        }
-        source = "OS_* environment"
-    if cfg.auth:
-        auth.update(cfg.auth)
-        source += " + settings"
-    auth_type = cfg.auth_type or str(base.get("auth_type") or "")
-    if not auth_type:
-        if auth.get("application_credential_id") or auth.get("application_credential_name"):
-            auth_type = "v3applicationcredential"
-        elif auth.get("token") and not auth.get("password"):
-            auth_type = "token"
-        else:
-            auth_type = "password"
-    if not auth.get("auth_url"):
-        raise ZunConfigError(
-            "auth",
-            "no Keystone credentials: set [backend.zun] cloud (clouds.yaml), OS_CLOUD, "
-            "or OS_AUTH_URL and friends",
-        )
-    verify_value = base.get("verify", True)
-    verify = cfg.verify and str(verify_value).lower() not in {"false", "0", "no"}
-    return Credentials(
-        auth_type=auth_type,
-        auth=auth,
-        region_name=cfg.region_name or str(base.get("region_name") or ""),
-        interface=cfg.interface or str(base.get("interface") or "") or "public",
-        verify=verify,
-        cacert=cfg.cacert or str(base.get("cacert") or ""),
-        source=source,
+def describe(region: CloudRegion) -> str:
+    """Safe one-line description of a loaded cloud for logs (no secrets)."""
+    auth = region.config.get("auth") or {}
+    who = (
+        auth.get("username")
+        or auth.get("user_id")
+        or ("app-credential " + str(auth.get("application_credential_id", "")))
     )
+    where = f"cloud {region.name}" if region.name else "defaults"
+    return f"{region.config.get('auth_type')} {who} @ {auth.get('auth_url', '?')} ({where})"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _overrides(cfg: ZunConfig) -> dict[str, Any]:
+    """``[backend.zun]`` values that win over clouds.yaml and ``OS_*`` (unset ones are left out)."""
+    out: dict[str, Any] = {"api_timeout": cfg.timeout}
+    if cfg.auth:
+        out["auth"] = dict(cfg.auth)
+    for key in ("auth_type", "region_name", "interface", "cacert"):
+        if getattr(cfg, key):
+            out[key] = getattr(cfg, key)
+    if not cfg.verify:
+        out["verify"] = False
+    return out
+
+
+def load_cloud_region(
+    cfg: ZunConfig,
+    *,
+    session_constructor: Callable[..., Any] | None = None,
+    vendor_files: list[str] | None = None,
+) -> CloudRegion:
+    """openstacksdk's config loader: clouds.yaml + secure.yaml + ``OS_*`` + vendor profile.
+
+    ``cloud`` (else ``$OS_CLOUD``, else the ``OS_*`` variables, else the only cloud in
+    clouds.yaml) selects the entry; ``[backend.zun]`` keys override it.  ``session_constructor``
+    and ``vendor_files`` are seams for tests (a ``requests`` transport, a vendor file).
+    """
+    from keystoneauth1 import exceptions as ks
+    from openstack import exceptions as os_exc
+    from openstack.config import loader
+
+    try:
+        config = loader.OpenStackConfig(
+            config_files=[cfg.clouds_file] if cfg.clouds_file else None,
+            vendor_files=vendor_files,
+            session_constructor=session_constructor,  # type: ignore[arg-type]
+            app_name="vkgate",
+        )
+    except os_exc.ConfigException as exc:
+        raise ZunConfigError("clouds_file", str(exc)) from None
+    if cfg.clouds_file and config.config_filename is None:
+        raise ZunConfigError("clouds_file", f"cannot read {cfg.clouds_file}")
+    cloud = cfg.cloud or None
+    try:
+        with warnings.catch_warnings():
+            # openstacksdk 4.x warns about InfluxDB on every CloudRegion even when no metrics
+            # are configured (its empty default is a dict of Nones); nothing here uses it.
+            warnings.filterwarnings("ignore", message="Support for InfluxDB requires")
+            return config.get_one(cloud=cloud, **_overrides(cfg))
+    except os_exc.ConfigException as exc:
+        if "region" in str(exc).lower():
+            raise ZunConfigError("region_name", str(exc)) from None
+        clouds = ", ".join(sorted(config.cloud_config.get("clouds") or {})) or "none"
+        where = config.config_filename or "no clouds.yaml found"
+        raise ZunConfigError("cloud", f"{exc} ({where}; clouds: {clouds})") from None
+    except ks.NoMatchingPlugin as exc:
+        raise ZunConfigError("auth_type", f"unknown auth type: {exc}") from None
+    except ks.MissingRequiredOptions as exc:
+        names = ", ".join(o.dest for o in exc.options)
+        if "auth_url" in names:
+            raise ZunConfigError(
+                "auth",
+                "no Keystone credentials: set [backend.zun] cloud (clouds.yaml), OS_CLOUD, "
+                f"or OS_AUTH_URL and friends (missing: {names})",
+            ) from None
+        raise ZunConfigError("auth", f"missing: {names}") from None
 
 
 # --------------------------------------------------------------------------- errors
@@ -216,37 +170,19 @@ class KeystoneAuth:
 
     def __init__(
         self,
-        creds: Credentials,
+        region: CloudRegion,
         *,
         service_type: str = "container",
         endpoint_override: str = "",
-        timeout: float = 30.0,
-        requests_session: Any = None,
     ) -> None:
-        from keystoneauth1 import exceptions as ks
-        from keystoneauth1 import loading
-        from keystoneauth1 import session as ks_session
-
-        try:
-            loader: Any = loading.get_plugin_loader(creds.auth_type)
-        except ks.NoMatchingPlugin:
-            raise ZunConfigError("auth_type", f"unknown auth type {creds.auth_type!r}") from None
-        dests = {o.dest for o in loader.get_options()}
-        options = {k.replace("-", "_"): v for k, v in creds.auth.items()}
-        try:
-            self._plugin = loader.load_from_options(
-                **{k: v for k, v in options.items() if k in dests}
-            )
-        except ks.MissingRequiredOptions as exc:
-            names = ", ".join(o.dest for o in exc.options)
-            raise ZunConfigError("auth", f"missing for {creds.auth_type}: {names}") from None
-        verify: bool | str = creds.cacert if (creds.verify and creds.cacert) else creds.verify
-        if not creds.verify:
+        self.region = region
+        self._plugin: Any = region.get_auth()
+        self._session: Any = region.get_session()
+        interface = region.get_interface()
+        self.interface = str(interface[0] if isinstance(interface, list) else interface or "public")
+        self.region_name = str(region.region_name or "")
+        if not self._session.verify:
             log.warning("zun: TLS verification is OFF for Keystone and Zun (verify = false)")
-        self._session = ks_session.Session(
-            auth=self._plugin, verify=verify, timeout=timeout, session=requests_session
-        )
-        self.creds = creds
         self.service_type = service_type
         self.endpoint_override = endpoint_override.rstrip("/")
         self._lock = asyncio.Lock()
@@ -292,7 +228,7 @@ class KeystoneAuth:
             if not self._fresh():
                 self._token, self._project, self._expires = await self._call(self._fetch_token)
                 self.authentications += 1
-                log.debug("zun: authenticated %s", self.creds.describe())
+                log.debug("zun: authenticated %s", describe(self.region))
             return self._token
 
     def _lookup_endpoint(self) -> str:
@@ -303,18 +239,18 @@ class KeystoneAuth:
             try:
                 url = self._session.get_endpoint(
                     service_type=service_type,
-                    interface=self.creds.interface,
-                    region_name=self.creds.region_name or None,
+                    interface=self.interface,
+                    region_name=self.region_name or None,
                     skip_discovery=True,
                 )
             except ks.EndpointNotFound:
                 url = None
             if url:
                 return str(url).rstrip("/")
-        region = f", region {self.creds.region_name}" if self.creds.region_name else ""
+        region = f", region {self.region_name}" if self.region_name else ""
         raise BackendUnavailable(
             f"no {'/'.join(types)} endpoint in the service catalog "
-            f"(interface {self.creds.interface}{region})"
+            f"(interface {self.interface}{region})"
         )
 
     async def endpoint(self) -> str:
@@ -363,15 +299,14 @@ class StaticAuth:
         self.invalidations += 1
 
 
-def build_auth(
-    cfg: ZunConfig, *, environ: Mapping[str, str] | None = None, requests_session: Any = None
-) -> KeystoneAuth:
+def build_auth(cfg: ZunConfig, *, requests_session: Any = None) -> KeystoneAuth:
     """The production ``ZunAuth`` for a config (raises ``ZunConfigError`` on bad credentials)."""
-    creds = resolve_credentials(cfg, environ)
+    constructor = None
+    if requests_session is not None:
+        from keystoneauth1 import session as ks_session
+
+        constructor = functools.partial(ks_session.Session, session=requests_session)
+    region = load_cloud_region(cfg, session_constructor=constructor)
     return KeystoneAuth(
-        creds,
-        service_type=cfg.service_type,
-        endpoint_override=cfg.endpoint_override,
-        timeout=cfg.timeout,
-        requests_session=requests_session,
+        region, service_type=cfg.service_type, endpoint_override=cfg.endpoint_override
     )

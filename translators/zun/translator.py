@@ -126,7 +126,6 @@ class ZunTranslator:
         auth: ZunAuth | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Clock | None = None,
-        environ: Mapping[str, str] | None = None,
         requests_session: Any = None,
         renderer: Any = None,
         **settings: Any,
@@ -136,9 +135,7 @@ class ZunTranslator:
         self.cfg: ZunConfig = load_config(table)
         self.node_name = ctx.node_name if ctx else "vkgate"
         self.clock: Clock = clock or _SystemClock()
-        self.auth: ZunAuth = auth or build_auth(
-            self.cfg, environ=environ, requests_session=requests_session
-        )
+        self.auth: ZunAuth = auth or build_auth(self.cfg, requests_session=requests_session)
         verify: bool | str = getattr(self.auth, "verify", self.cfg.verify)
         self.verify = verify
         self.client = ZunClient(

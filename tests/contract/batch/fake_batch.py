@@ -236,6 +236,9 @@ class FakeBatch:
         self.jobs: dict[str, JSON] = {}
         self.tasks: dict[str, dict[str, TaskRec]] = {}
         self.calls: list[Call] = []
+        #: Microsoft Entra access tokens accepted as ``Authorization: Bearer`` (identity path).
+        self.bearer_tokens: set[str] = set()
+        self.bearer_requests = 0
         #: Requests that reached the API (past authentication), for body assertions.
         self.received: list[httpx.Request] = []
         self.auth_failures = 0
@@ -575,6 +578,12 @@ class FakeBatch:
             "header is correctly formed including the signature.",
         )
         auth = request.headers.get("authorization", "")
+        if auth.startswith("Bearer "):
+            if auth[len("Bearer ") :] not in self.bearer_tokens:
+                self.auth_failures += 1
+                raise ApiError(401, "InvalidAuthenticationTokenTenant", "unknown token")
+            self.bearer_requests += 1
+            return
         prefix = f"SharedKey {self.account}:"
         if not auth.startswith(prefix):
             self.auth_failures += 1

@@ -6,6 +6,7 @@ translator (its sleeps), so ``await clock.advance(s)`` moves the whole world.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -44,19 +45,29 @@ def fake(clock: FakeClock) -> FakeOpenStack:
 MakeTranslator = Callable[..., Awaitable[ZunTranslator]]
 
 
+def set_os_environ(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -> None:
+    """Replace every ``OS_*`` variable: openstacksdk's loader reads ``os.environ`` itself."""
+    for key in [k for k in os.environ if k.startswith("OS_")]:
+        monkeypatch.delenv(key)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+
+
 @pytest.fixture
-async def make_translator(fake: FakeOpenStack, clock: FakeClock) -> AsyncIterator[MakeTranslator]:
+async def make_translator(
+    fake: FakeOpenStack, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[MakeTranslator]:
     made: list[ZunTranslator] = []
 
     async def make(
         *, node: str = NODE, environ: dict[str, str] | None = None, **settings: Any
     ) -> ZunTranslator:
         settings.setdefault("retry_backoff", [0.1, 0.2])
+        set_os_environ(monkeypatch, os_env(fake) if environ is None else environ)
         t = ZunTranslator(
             TranslatorContext(node_name=node, settings=settings),
             transport=fake.transport(),
             clock=clock,
-            environ=os_env(fake) if environ is None else environ,
             requests_session=fake.requests_session(),
         )
         await t.start()

@@ -235,6 +235,10 @@ class FakeOpenStack:
         self.user_id = "u" + "0" * 31
         self.region = region
         self.service_type = service_type
+        #: catalog URL of the ``internal`` interface (default: the public one)
+        self.internal_url = ""
+        #: served at ``/.well-known/openstack/api``: an openstacksdk remote vendor profile
+        self.vendor_profile: dict[str, Any] | None = None
         self.admin = admin
         self.max_limit = max_limit
         self.create_seconds = create_seconds
@@ -426,6 +430,8 @@ class FakeOpenStack:
                 if method == request.method and path.startswith(prefix):
                     del self.fail_next[i]
                     return self._zun_error(ZunFailure(status, "injected failure"), {})
+            if path == "/.well-known/openstack/api" and self.vendor_profile is not None:
+                return httpx.Response(200, json=self.vendor_profile)
             if path.startswith("/identity"):
                 return self._keystone(request, path[len("/identity") :] or "/")
             if path.startswith("/container"):
@@ -498,7 +504,7 @@ class FakeOpenStack:
             "interface": iface,
             "region": self.region,
             "region_id": self.region,
-            "url": self.zun_url,
+            "url": (self.internal_url or self.zun_url) if iface == "internal" else self.zun_url,
         }
         body = {
             "token": {

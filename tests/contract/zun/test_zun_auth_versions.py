@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import yaml
-from fake_zun import FakeOpenStack
+from fake_zun import FakeOpenStack, LoopbackServer
 from zun_pods import resolved_pod, simple_pod
 
 from gateway.clock import FakeClock
@@ -62,11 +62,49 @@ async def test_wrong_password_is_an_auth_error_not_a_crash(
 async def test_clouds_yaml_with_os_cloud(make_translator, fake: FakeOpenStack, tmp_path) -> None:
     path = tmp_path / "clouds.yaml"
     path.write_text(yaml.safe_dump(fake.clouds_yaml("lab")))
-    zun = await make_translator(
-        environ={"OS_CLOUD": "lab", "OS_CLIENT_CONFIG_FILE": str(path), "HOME": str(tmp_path)}
-    )
+    zun = await make_translator(environ={"OS_CLOUD": "lab", "OS_CLIENT_CONFIG_FILE": str(path)})
     await zun.ping()
     assert zun.client.version == (1, 40)
+
+
+async def test_interface_from_clouds_yaml_selects_the_catalog_endpoint(
+    make_translator, fake: FakeOpenStack, tmp_path
+) -> None:
+    fake.internal_url = "http://zun-internal.test/v1"
+    clouds = fake.clouds_yaml("lab")
+    clouds["clouds"]["lab"]["interface"] = "internal"
+    (tmp_path / "clouds.yaml").write_text(yaml.safe_dump(clouds))
+    env = {"OS_CLOUD": "lab", "OS_CLIENT_CONFIG_FILE": str(tmp_path / "clouds.yaml")}
+    zun = await make_translator(environ=env)
+    assert await zun.auth.endpoint() == "http://zun-internal.test/v1"
+    public = await make_translator(environ=env, interface="public")  # the setting wins
+    assert await public.auth.endpoint() == fake.zun_url
+
+
+async def test_remote_vendor_profile_served_on_loopback_supplies_auth_url_and_region(
+    make_translator, fake: FakeOpenStack, tmp_path
+) -> None:
+    """``profile: <url>``: openstacksdk fetches ``<url>/.well-known/openstack/api`` (a vendor
+    profile) and merges it under the clouds.yaml entry, which only carries the user's login."""
+    with LoopbackServer(fake):
+        fake.vendor_profile = {
+            "name": "labcloud",
+            "profile": {
+                "auth": {"auth_url": fake.auth_url},
+                "regions": [fake.region],
+                "identity_api_version": "3",
+            },
+        }
+        login = fake.clouds_yaml("mine")["clouds"]["mine"]["auth"]
+        del login["auth_url"]
+        clouds = {"clouds": {"mine": {"profile": fake.base_url, "auth": login}}}
+        (tmp_path / "clouds.yaml").write_text(yaml.safe_dump(clouds))
+        zun = await make_translator(
+            environ={"OS_CLOUD": "mine", "OS_CLIENT_CONFIG_FILE": str(tmp_path / "clouds.yaml")}
+        )
+        await zun.ping()
+    assert ("GET", "/.well-known/openstack/api", {}) in fake.requests
+    assert fake.token_requests == 1 and zun.client.version == (1, 40)
 
 
 async def test_catalog_with_the_official_service_type_is_found(

@@ -64,6 +64,16 @@ def test_environment_fallbacks() -> None:
     )
 
 
+def test_without_a_shared_key_auto_picks_azure_identity_and_shared_key_needs_one() -> None:
+    table = {"endpoint": BASE["endpoint"], "pool_id": "p", "account_name": "acct"}
+    assert parse_settings(table, node_name="vk", environ={}).auth == "azure_identity"
+    env = {"AZURE_BATCH_ACCESS_KEY": KEY}
+    assert parse_settings(table, node_name="vk", environ=env).auth == "shared_key"
+    with pytest.raises(BatchSettingsError) as err:
+        parse_settings({**table, "auth": "shared_key"}, node_name="vk", environ={})
+    assert err.value.key == "account_key"
+
+
 def test_azure_identity_needs_no_key() -> None:
     s = parse_settings(
         {"endpoint": BASE["endpoint"], "pool_id": "p", "auth": "azure_identity"},

@@ -4,12 +4,14 @@ status helpers, restart counting, capacity arithmetic, log options."""
 from __future__ import annotations
 
 import datetime as _dt
+import os
+from collections.abc import Callable
 
 import pytest
 import yaml
 
 from translators.base import LogOptions
-from translators.zun.auth import load_cloud, resolve_credentials
+from translators.zun.auth import KeystoneAuth, describe, load_cloud_region
 from translators.zun.capacity import Usage, capacity_from_quotas, usage_of
 from translators.zun.config import ZunConfigError, load_config
 from translators.zun.logs import query, split_timestamp
@@ -53,68 +55,124 @@ def test_bad_settings_name_the_key(table: dict, key: str) -> None:
     assert str(info.value).startswith(key)
 
 
-# -- credentials ----------------------------------------------------------------------------
+# -- credentials (openstacksdk's loader) ------------------------------------------------------
 
 
-def test_os_env_is_used_without_a_cloud_and_settings_override_it() -> None:
-    env = {
-        "OS_AUTH_URL": "https://ks/v3",
-        "OS_USERNAME": "u",
-        "OS_PASSWORD": "pw-env-1",
-        "OS_PROJECT_NAME": "pr",
-        "OS_REGION_NAME": "R1",
-        "OS_INTERFACE": "internal",
-    }
-    creds = resolve_credentials(load_config({"auth": {"password": "from-settings"}}), env)
-    assert creds.auth_type == "password"
-    assert creds.auth["password"] == "from-settings" and creds.auth["username"] == "u"
-    assert (creds.region_name, creds.interface, creds.verify) == ("R1", "internal", True)
-    assert "pw-env-1" not in creds.describe() and "from-settings" not in creds.describe()
+@pytest.fixture
+def os_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Callable[[dict[str, str]], None]:
+    """Replace every ``OS_*`` variable (openstacksdk reads ``os.environ``); no stray files."""
+
+    def apply(env: dict[str, str]) -> None:
+        for key in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(key)
+        monkeypatch.setenv("OS_CLIENT_SECURE_FILE", str(tmp_path / "no-secure.yaml"))
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+
+    monkeypatch.chdir(tmp_path)  # ./clouds.yaml is on the search path
+    return apply
 
 
-def test_application_credentials_pick_their_plugin() -> None:
-    env = {
-        "OS_AUTH_URL": "https://ks/v3",
-        "OS_APPLICATION_CREDENTIAL_ID": "id",
-        "OS_APPLICATION_CREDENTIAL_SECRET": "s",
-    }
-    assert resolve_credentials(load_config({}), env).auth_type == "v3applicationcredential"
+def write_clouds(path, clouds: dict) -> str:
+    path.write_text(yaml.safe_dump({"clouds": clouds}))
+    return str(path)
 
 
-def test_clouds_yaml_entry_merges_secure_yaml_and_can_turn_verify_off(tmp_path) -> None:
-    (tmp_path / "clouds.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "clouds": {
-                    "lab": {
-                        "auth": {"auth_url": "https://ks/v3", "username": "u"},
-                        "region_name": "R2",
-                        "verify": False,
-                    }
-                }
-            }
-        )
+def test_os_env_is_used_without_a_cloud_and_settings_override_it(os_env) -> None:
+    os_env(
+        {
+            "OS_AUTH_URL": "https://ks/v3",
+            "OS_USERNAME": "u",
+            "OS_PASSWORD": "pw-env-1",
+            "OS_PROJECT_NAME": "pr",
+            "OS_REGION_NAME": "R1",
+            "OS_INTERFACE": "internal",
+        }
     )
-    secure = tmp_path / ".config/openstack/secure.yaml"
-    secure.parent.mkdir(parents=True)
+    region = load_cloud_region(load_config({"auth": {"password": "from-settings"}}))
+    assert region.config["auth_type"] == "password"
+    assert region.config["auth"]["password"] == "from-settings"
+    assert region.config["auth"]["username"] == "u"
+    assert (region.region_name, region.get_interface()) == ("R1", "internal")
+    assert "pw-env-1" not in describe(region) and "from-settings" not in describe(region)
+    auth = KeystoneAuth(region)
+    assert (auth.interface, auth.region_name, auth.verify) == ("internal", "R1", True)
+
+
+def test_application_credentials_use_the_plugin_os_auth_type_names(os_env) -> None:
+    os_env(
+        {
+            "OS_AUTH_TYPE": "v3applicationcredential",
+            "OS_AUTH_URL": "https://ks/v3",
+            "OS_APPLICATION_CREDENTIAL_ID": "id",
+            "OS_APPLICATION_CREDENTIAL_SECRET": "s",
+        }
+    )
+    region = load_cloud_region(load_config({}))
+    assert type(region.get_auth()).__name__ == "ApplicationCredential"
+
+
+def test_clouds_yaml_entry_merges_secure_yaml_and_can_turn_verify_off(os_env, tmp_path) -> None:
+    clouds = write_clouds(
+        tmp_path / "clouds.yaml",
+        {
+            "lab": {
+                "auth": {"auth_url": "https://ks/v3", "username": "u", "project_name": "p"},
+                "region_name": "R2",
+                "verify": False,
+            },
+            "other": {"auth": {"auth_url": "https://elsewhere/v3"}},
+        },
+    )
+    secure = tmp_path / "secure.yaml"
     secure.write_text(yaml.safe_dump({"clouds": {"lab": {"auth": {"password": "hidden"}}}}))
-    env = {
-        "OS_CLOUD": "lab",
-        "OS_CLIENT_CONFIG_FILE": str(tmp_path / "clouds.yaml"),
-        "HOME": str(tmp_path),
-    }
-    creds = resolve_credentials(load_config({}), env)
-    assert creds.auth == {"auth_url": "https://ks/v3", "username": "u", "password": "hidden"}
-    assert creds.region_name == "R2" and creds.verify is False
-    assert creds.source.endswith("clouds.yaml#lab")
+    os_env({"OS_CLOUD": "lab", "OS_CLIENT_CONFIG_FILE": clouds})
+    os.environ["OS_CLIENT_SECURE_FILE"] = str(secure)
+    region = load_cloud_region(load_config({}))
+    auth = region.config["auth"]
+    assert (auth["auth_url"], auth["username"], auth["password"]) == (
+        "https://ks/v3",
+        "u",
+        "hidden",
+    )
+    assert region.name == "lab" and region.region_name == "R2"
+    assert KeystoneAuth(region).verify is False
+    # the setting wins over $OS_CLOUD
+    assert load_cloud_region(load_config({"cloud": "other"})).name == "other"
 
 
-def test_missing_cloud_and_missing_credentials_are_clear_errors(tmp_path) -> None:
-    (tmp_path / "clouds.yaml").write_text(yaml.safe_dump({"clouds": {"a": {}}}))
-    with pytest.raises(ZunConfigError, match=r"no cloud 'b'.*has: a"):
-        load_cloud("b", clouds_file=str(tmp_path / "clouds.yaml"))
-    with pytest.raises(ZunConfigError, match="no Keystone credentials"):
-        resolve_credentials(load_config({}), {})
+def test_vendor_profile_fills_auth_url_and_region_picks_its_template(os_env, tmp_path) -> None:
+    """``profile: citycloud`` is one of openstacksdk's bundled vendor profiles: its auth_url is
+    ``https://{region_name}.citycloud.com:5000/v3/`` and it lists the valid regions."""
+    clouds = write_clouds(
+        tmp_path / "clouds.yaml",
+        {"city": {"profile": "citycloud", "auth": {"username": "u", "password": "p"}}},
+    )
+    os_env({"OS_CLIENT_CONFIG_FILE": clouds})
+    region = load_cloud_region(load_config({"cloud": "city", "region_name": "Fra1"}))
+    assert region.config["auth"]["auth_url"] == "https://Fra1.citycloud.com:5000/v3/"
+    assert region.region_name == "Fra1"
+    with pytest.raises(ZunConfigError) as info:
+        load_cloud_region(load_config({"cloud": "city", "region_name": "Mars1"}))
+    assert info.value.key == "backend.zun.region_name" and "Mars1" in str(info.value)
+
+
+def test_missing_cloud_and_missing_credentials_are_clear_errors(os_env, tmp_path) -> None:
+    clouds = write_clouds(tmp_path / "clouds.yaml", {"a": {"auth": {"auth_url": "https://k"}}})
+    os_env({})
+    with pytest.raises(ZunConfigError, match=r"Cloud b was not found.*clouds: a") as info:
+        load_cloud_region(load_config({"cloud": "b", "clouds_file": clouds}))
+    assert info.value.key == "backend.zun.cloud"
+    with pytest.raises(ZunConfigError, match="no Keystone credentials") as info:
+        load_cloud_region(load_config({}))
+    assert info.value.key == "backend.zun.auth"
+    with pytest.raises(ZunConfigError) as info:
+        load_cloud_region(load_config({"clouds_file": str(tmp_path / "missing.yaml")}))
+    assert info.value.key == "backend.zun.clouds_file"
+    os_env({"OS_AUTH_URL": "https://ks/v3", "OS_AUTH_TYPE": "kerberos-ish"})
+    with pytest.raises(ZunConfigError) as info:
+        load_cloud_region(load_config({}))
+    assert info.value.key == "backend.zun.auth_type"
 
 
 # -- names and quantities -------------------------------------------------------------------
