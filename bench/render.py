@@ -45,6 +45,7 @@ from translators.base import (
     PodRef,
     Renderable,
     ResolvedPod,
+    TranslationError,
     UnsupportedError,
     WorkloadState,
 )
@@ -171,6 +172,10 @@ def bench_templates(
                 spec = sr.render(pod)
             except UnsupportedError as exc:
                 rows.append(RenderRow(name, sample.name, sr.via, None, None, None, note=exc.reason))
+                continue
+            except TranslationError as exc:  # e.g. raw_exec and a container without a command
+                note = f"TranslationError: {exc.field}"
+                rows.append(RenderRow(name, sample.name, sr.via, None, None, None, note=note))
                 continue
             fns: list[Callable[[], object]] = [
                 lambda sr=sr, pod=pod: sr.render(pod),

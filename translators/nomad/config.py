@@ -267,6 +267,8 @@ def _coerce(key: str, value: Any) -> Any:
             return str(value)
         if not isinstance(value, str):
             raise _bad(key, f"expected a string, got {value!r}")
+        if key == "template" and not value.strip():
+            raise _bad(key, "must name a template (e.g. nomad/job.j2 or nomad/raw_exec.j2)")
         if key == "address":
             if not re.match(r"^https?://", value):
                 raise _bad(key, f"expected http(s)://host:port, got {value!r}")

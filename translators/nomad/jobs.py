@@ -79,7 +79,9 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
+from translators.nomad import literal
 from translators.nomad.config import NomadConfig
+from translators.nomad.literal import delimiters
 from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for, image_host
 from translators.rendering import pod_context
@@ -265,16 +267,6 @@ def constraints(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
 
 
 # --------------------------------------------------------------------------- volumes
-
-
-def delimiters(content: str) -> tuple[str, str]:
-    """Template delimiters that do not occur in ``content`` (so nothing in it is evaluated)."""
-    n = 0
-    while True:
-        left, right = f"[[vkgate{n or ''}", f"vkgate{n or ''}]]"
-        if left not in content and right not in content:
-            return left, right
-        n += 1
 
 
 def _template(
@@ -464,7 +456,10 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             lifecycle = {"Hook": "prestart", "Sidecar": False}
         elif c.role == "sidecar":
             lifecycle = {"Hook": "prestart", "Sidecar": True}
-        argv = [*c.command, *c.args]
+        argv = literal.config_literals([*c.command, *c.args])
+        env = literal.split_env({e.name: e.value for e in c.env}, container=c.name)
+        if env.template is not None:
+            templates.append(env.template)
         cred = credential_for(c.image, pod.registry_credentials)
         tasks[c.name] = {
             "name": c.name,
@@ -472,7 +467,8 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "resources": task_resources(c, factor=factor, cfg=cfg),
             "port_labels": labels.get(c.name, []),
             "templates": templates,
-            "docker_volumes": binds,
+            "docker_volumes": literal.config_literals(binds),
+            "env": env.env,
             "force_pull": c.spec.get("imagePullPolicy") == "Always",
             "auth": (
                 {
@@ -523,9 +519,28 @@ def context(
 ) -> dict[str, Any]:
     """The template context: ``pod_context`` plus ``backend_info`` (no token or keys)."""
     safe = {k: v for k, v in settings.items() if k in SAFE_SETTINGS}
-    return pod_context(
-        pod, backend="nomad", settings=safe, extra=backend_info(pod, cfg=cfg, factor=factor)
-    )
+    info = backend_info(pod, cfg=cfg, factor=factor)
+    ctx = pod_context(pod, backend="nomad", settings=safe, extra=info)
+    for c in (*ctx["init_containers"], *ctx["sidecars"], *ctx["containers"]):
+        _as_nomad_literals(c, info["tasks"][c["name"]])
+    return ctx
+
+
+def _as_nomad_literals(c: dict[str, Any], task: Mapping[str, Any]) -> None:
+    """The container's strings as Nomad must receive them to hand the process the pod's bytes
+    (``translators.nomad.literal``): escaped for driver ``Config``; ``env`` holds only what may
+    go into ``Env`` (the rest is in the task's env template, ``backend_info.tasks[*].templates``).
+    """
+    c["image"] = literal.config_literal(c["image"])
+    c["command"] = literal.config_literals(c["command"])
+    c["args"] = literal.config_literals(c["args"])
+    c["working_dir"] = literal.config_literal(c["working_dir"])
+    c["env"] = dict(task["env"])
+    c["env_list"] = [
+        {**e, "value": task["env"][e["name"]]} for e in c["env_list"] if e["name"] in task["env"]
+    ]
+    for m in c["mounts"]:
+        m["mount_path"] = literal.config_literal(m["mount_path"])
 
 
 def _secret_values(pod: ResolvedPod) -> set[str]:
@@ -576,7 +591,23 @@ def finish_job(out: Any, pod: ResolvedPod, *, info: Mapping[str, Any], template:
             )
     job["Meta"] = meta
     job.setdefault("Namespace", info["namespace"])
+    _check_commands(job, template=template)
     return {"Job": job}
+
+
+def _check_commands(job: Mapping[str, Any], *, template: str) -> None:
+    """raw_exec has no image, so no entrypoint to fall back on: a task needs a command."""
+    for group in job["TaskGroups"]:
+        for task in (group or {}).get("Tasks") or []:
+            if task.get("Driver") == "raw_exec" and not (task.get("Config") or {}).get("command"):
+                name = task.get("Name")
+                raise TranslationError(
+                    f"container {name!r} has no command: the raw_exec driver runs a host"
+                    " executable and has no image entrypoint to fall back on (set command,"
+                    " or use the docker template)",
+                    template=template,
+                    field=f"spec.containers[{name}].command",
+                )
 
 
 def render_job(

@@ -66,6 +66,7 @@ from translators.nomad.jobs import (
     render_job,
     template_for,
 )
+from translators.nomad.literal import POD_IP_SENTINEL
 from translators.nomad.logs import LogReader, LogTarget
 from translators.nomad.metrics import Clock, NomadMetrics, SystemClock
 from translators.nomad.notifier import ChangeFeed
@@ -117,9 +118,9 @@ class NomadTranslator:
         updatable_fields=frozenset(
             {"metadata.labels", "metadata.annotations", "spec.containers[*].image"}
         ),
-        # Nomad interpolates node attributes in Env and task config: with host networking the
-        # pod IP is the client node's address.
-        pod_ip_placeholder="${attr.unique.network.ip-address}",
+        # Becomes ${attr.unique.network.ip-address} (host networking: the client node's
+        # address) where the job is rendered; see translators/nomad/literal.py.
+        pod_ip_placeholder=POD_IP_SENTINEL,
     )
 
     def __init__(

@@ -3,7 +3,8 @@
 Expected files: ``tests/golden/rendered/<template path without .j2>/<sample>.json``; regenerate
 with ``pytest tests/golden/rendered --update-golden`` and review the diff.  Rendering goes
 through the backend's ``render_spec`` (what ``create`` sends), with the offline settings below;
-a backend that refuses a kind of pod (``UnsupportedError``) records that refusal instead.
+a backend that refuses a kind of pod (``UnsupportedError``) or cannot translate it
+(``TranslationError``) records that refusal instead.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.offline import SpecRenderer, load_samples, resolve
-from translators.base import Renderable, UnsupportedError
+from translators.base import Renderable, TranslationError, UnsupportedError
 from translators.rendering import Renderer, backend_of, is_entry_template
 
 HERE = Path(__file__).parent
@@ -68,4 +69,6 @@ def test_packaged_template_renders_sample(template: str, sample: Any, golden: An
         spec: Any = sr.render(pod)
     except UnsupportedError as exc:
         spec = {"unsupported": {"reason": exc.reason, "message": str(exc)}}
+    except TranslationError as exc:  # e.g. raw_exec and a container without a command
+        spec = {"translation_failed": {"field": exc.field, "message": str(exc)}}
     golden.check(spec, HERE / template.removesuffix(".j2") / f"{sample.name}.json")

@@ -105,3 +105,9 @@ def test_allowed_namespaces_and_regions_include_the_configured_one() -> None:
         {"namespace": "a", "namespaces": ["b", "a"], "region": "r1", "regions": "r2"}, environ={}
     )
     assert cfg.all_namespaces == ("a", "b") and cfg.all_regions == ("r1", "r2")
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_template_setting_is_a_config_error(value: str) -> None:
+    with pytest.raises(TranslationError, match=r"backend\.nomad\.template: must name a template"):
+        NomadConfig.from_settings({"template": value}, environ={})
