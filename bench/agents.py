@@ -10,7 +10,7 @@ from ``/proc``) and, if it can, report its own API write counters.  Two implemen
   final DELETE per pod), exposing the same metric.
 
 Adding an agent (the Go virtual-kubelet with its mock provider is next, see
-/work/shared/reference/real-control-plane.md §5) means one more class here with the same four
+docs/design/control-plane.md, "Go virtual-kubelet") means one more class here with the same four
 members and an entry in ``AGENTS``.  An agent that cannot count its own writes returns None
 from ``api_writes``; the harness still has the API server's view
 (``apiserver_request_total``), which needs no cooperation from the agent.

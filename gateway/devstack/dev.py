@@ -119,7 +119,8 @@ def ensure_binaries(names: list[str]) -> bool:
 def raw_exec_template() -> str:
     """The shipped raw_exec Nomad job template ("nomad/<file>"), "" until one exists.
 
-    The dev agent has no Docker, so the demo needs the raw_exec variant (issue 4 ships it).
+    The dev agent has no Docker, so the demo needs the raw_exec variant
+    (``templates/nomad/raw_exec.j2``).
     """
     try:
         import templates

@@ -1,10 +1,10 @@
 """A real Nomad dev agent (server + client in one process) on loopback, raw_exec enabled.
 
 Why a config file on top of ``-dev``: dev mode alone would use fixed ports 4646-4648 (parallel
-sessions collide), run the update check, and let the cloud fingerprinters probe
-169.254.169.254.  The file (reference nomad.md §10) sets free ports on 127.0.0.1, turns the
-update check off (plus ``CHECKPOINT_DISABLE=1``), denies the ``env_*`` fingerprinters and the
-docker/java/qemu drivers, enables raw_exec explicitly and puts all state under our temp dir.
+sessions collide), run the update check, and let the cloud fingerprinters probe 169.254.169.254.
+The file (docs/design/nomad.md, "Dev agent") sets free ports on 127.0.0.1, turns the update check
+off (plus ``CHECKPOINT_DISABLE=1``), denies the ``env_*`` fingerprinters and the docker/java/qemu
+drivers, enables raw_exec explicitly and puts all state under our temp dir.
 
 Root and cgroups: as root Nomad must create its own cgroup and treats failure as fatal; as
 non-root it turns cgroups off and raw_exec still works.  ``launch_nomad(run_as=...)`` handles

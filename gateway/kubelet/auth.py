@@ -1,4 +1,6 @@
-"""Who is calling the kubelet API, and may they?  (contract §8)
+"""Who is calling the kubelet API, and may they?
+
+(docs/design/kubelet-contract.md, "Authentication and authorization".)
 
 Authentication, in the kubelet's order: a TLS client certificate verified against the client
 CA (user = CN, groups = O), else a bearer token checked with a ``TokenReview``, else — only

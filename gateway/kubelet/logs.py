@@ -1,10 +1,10 @@
 """``GET /containerLogs/{ns}/{pod}/{container}``: validate the options, stream the bytes.
 
-Query parameters (``PodLogOptions`` as the API server forwards them, contract §7.1):
-``follow``, ``previous``, ``timestamps`` (booleans), ``tailLines`` ≥ 0 (legacy ``tail``,
-``all``), ``limitBytes`` ≥ 1, ``sinceSeconds`` ≥ 1 **or** ``sinceTime`` (RFC 3339; both → 400),
-``stream`` = ``All``/``Stdout``/``Stderr`` (not together with ``tailLines``).  Bad values are a
-400 naming the parameter.
+Query parameters (``PodLogOptions`` as the API server forwards them,
+docs/design/kubelet-contract.md, "Log parameters"): ``follow``, ``previous``, ``timestamps``
+(booleans), ``tailLines`` ≥ 0 (legacy ``tail``, ``all``), ``limitBytes`` ≥ 1, ``sinceSeconds`` ≥ 1
+**or** ``sinceTime`` (RFC 3339; both → 400), ``stream`` = ``All``/``Stdout``/``Stderr`` (not
+together with ``tailLines``).  Bad values are a 400 naming the parameter.
 
 Streaming: the first chunk is fetched *before* the 200 goes out, so "no such container" or an
 option the backend cannot honour is still a proper 404/400.  Then each chunk is written and

@@ -1,12 +1,13 @@
 """``/metrics/resource``: what metrics-server scrapes, in the kubelet's exact names and shape.
 
-Names, types and labels follow the kubelet's resource-metrics endpoint (contract §7.3):
-``node_cpu_usage_seconds_total``, ``node_memory_working_set_bytes``,
-``container_{cpu_usage_seconds_total,memory_working_set_bytes,start_time_seconds}``
-(labels ``container``, ``namespace``, ``pod``), ``pod_{cpu_usage_seconds_total,
-memory_working_set_bytes}`` (``namespace``, ``pod``), ``resource_scrape_error`` and the
-deprecated ``scrape_error``.  Usage samples carry the backend's millisecond timestamp, start
-times do not.  Numbers are printed as Go's ``strconv.FormatFloat(v, 'g', -1, 64)`` does.
+Names, types and labels follow the kubelet's resource-metrics endpoint
+(docs/design/kubelet-contract.md, "Resource metrics"): ``node_cpu_usage_seconds_total``,
+``node_memory_working_set_bytes``,
+``container_{cpu_usage_seconds_total,memory_working_set_bytes,start_time_seconds}`` (labels
+``container``, ``namespace``, ``pod``), ``pod_{cpu_usage_seconds_total, memory_working_set_bytes}``
+(``namespace``, ``pod``), ``resource_scrape_error`` and the deprecated ``scrape_error``.  Usage
+samples carry the backend's millisecond timestamp, start times do not.  Numbers are printed as Go's
+``strconv.FormatFloat(v, 'g', -1, 64)`` does.
 
 Unknown means absent: a value the backend did not report is omitted, never written as 0 —
 metrics-server would drop a pod with a zero container anyway, and a fake zero is a lie on

@@ -1,4 +1,6 @@
-"""The kubelet API's paths (contract §7), after authentication and authorization.
+"""The kubelet API's paths, after authentication and authorization.
+
+Paths and errors: docs/design/kubelet-contract.md, "Kubelet API".
 
 Each handler finds the pod in the pod controller's cache (``PodLookup``), checks the
 container exists, and calls the translator capability it needs — detected with

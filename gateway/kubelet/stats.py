@@ -1,4 +1,6 @@
-"""``/stats/summary``: the kubelet Summary API shape (contract §7.2), from translator usage.
+"""``/stats/summary``: the kubelet Summary API shape, from translator usage.
+
+Shape: docs/design/kubelet-contract.md, "Stats summary".
 
 Only what the backend measured appears: ``cpu`` carries ``usageNanoCores`` /
 ``usageCoreNanoSeconds`` and ``memory`` ``workingSetBytes`` / ``rssBytes`` when known, each

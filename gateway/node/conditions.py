@@ -5,11 +5,11 @@
 previous values are taken from the server's latest Node, so a restarted agent keeps the real
 transition time instead of resetting it.
 
-NetworkUnavailable: the kubelet itself never writes it (a CNI plugin or the route controller
-does), but issue 2 asks a virtual node to state it.  Nobody else manages networking for a
-virtual node — the backend does — so we own it: ``False`` with reason
-``NetworkProvidedByBackend``.  Like the kubelet's conditions it is merged by ``type``, so
-conditions written by others (e.g. a node-problem-detector) are never touched.
+NetworkUnavailable: the kubelet itself never writes it (a CNI plugin or the route controller does),
+but a virtual node states it (docs/design/kubelet-contract.md, "Node object").  Nobody else manages
+networking for a virtual node — the backend does — so we own it: ``False`` with reason
+``NetworkProvidedByBackend``.  Like the kubelet's conditions it is merged by ``type``, so conditions
+written by others (e.g. a node-problem-detector) are never touched.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ from translators.base import Notifier, Translator, TranslatorError, WorkloadStat
 log = logging.getLogger("gateway.pods")
 
 #: A workload missing from the backend list this long after we submitted it is "lost" even if
-#: its pod never reached Running (contract §4: "Running or older than ~1 min").
+#: its pod never reached Running (docs/design/kubelet-contract.md, "Lifecycle":
+#: "Running or older than ~1 min").
 LOST_AFTER = 60.0
 #: Earliest next list after a "kick" (e.g. a delete): kicks within this window coalesce.
 MIN_LIST_SPACING = 0.5

@@ -5,7 +5,8 @@ Given a pod, one of its containers and the already-fetched data it references (`
 Events to record and, for a missing *mandatory* reference, the error that keeps the pod in
 ``CreateContainerConfigError``.  Nothing here does I/O, so every rule is a table-driven unit test.
 
-Rules (contract §6, kubelet ``makeEnvironmentVariables``):
+Rules (docs/design/kubelet-contract.md, "Environment resolution"; the kubelet's
+``makeEnvironmentVariables``):
 
 1. ``envFrom`` in order; optional ``prefix``; later keys win; names that are not valid
    environment variable names are skipped with one ``InvalidEnvironmentVariableNames`` event
@@ -28,8 +29,8 @@ literals that expand one — are marked ``secret`` so translators keep them out 
 ``gateway.pods.resolve``), ``resourceFieldRef`` (ceil(quantity / divisor); an unset limit is the
 node's allocatable).
 
-Missing references — event reasons as Go virtual-kubelet names them (contract §6).  Optional
-misses are *Normal* events (nothing is wrong: the pod said the value is optional — issue 3);
+Missing references — event reasons as Go virtual-kubelet names them.  Optional
+misses are *Normal* events (nothing is wrong: the pod said the value is optional);
 mandatory misses are *Warning* events and set ``error``.  A read error (not a 404) is a Warning
 and sets ``error`` even for an optional reference: the value may exist, so the container must
 not start without it (kubelet and Go VK behave the same); the controller retries.

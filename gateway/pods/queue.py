@@ -2,7 +2,8 @@
 
 Why a queue of *keys* (client-go's workqueue, kopf's one-worker-per-object): a handler always
 reads the newest object from the cache, so ten watch events for one pod collapse into one sync,
-and two workers can never act on the same pod at once.  Rules (contract §3):
+and two workers can never act on the same pod at once.  Rules (docs/design/kubelet-contract.md,
+"Pod watch and work queue"):
 
 * **De-dup.**  A key is queued at most once; adding it again can only move its due time
   *earlier* (``add(key, delay=…)`` never postpones work that is already due).
@@ -12,7 +13,7 @@ and two workers can never act on the same pod at once.  Rules (contract §3):
 * **Per-key backoff.**  ``retry(key)`` re-adds after ``min(cap, base·2^(n-1))`` (jittered,
   ``Retry-After`` honoured), n = consecutive failures of that key; ``forget(key)`` resets n.
 * **Global rate limit** on *retries only* (a token bucket): a burst of failing pods cannot hammer
-  the backend, while first attempts of new pods are never throttled (Go VK's mistake, §10.11).
+  the backend, while first attempts of new pods are never throttled (Go VK's mistake).
 
 Keys are opaque strings; the pod controller uses ``ns/name`` for syncs and ``ns/name/uid`` for
 the cleanup of a pod that is gone from the API.  All time goes through ``gateway.clock.Clock``.

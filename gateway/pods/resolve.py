@@ -22,7 +22,8 @@ interval.  ``serviceAccountToken`` projections are TokenRequests bound to the po
 the namespace label ``vkgate.io/team`` (cached; if the namespace cannot be read the renderer falls
 back to the config's namespace → team map).
 
-**status.podIP before the backend assigned one** (contract §6; Go VK fails these fieldRefs):
+**status.podIP before the backend assigned one** (docs/design/kubelet-contract.md, "Environment
+resolution"; Go VK fails these fieldRefs):
 the pod's own ``status.podIP`` when already known (a re-create), else the translator's
 ``Features.pod_ip_placeholder`` — a token the backend replaces with the real address at run
 time, so it also works inside ``$(VAR)`` expansions and command/args — else the node

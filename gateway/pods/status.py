@@ -4,7 +4,8 @@ that decides whether (and what) to write.
 Every status vkgate writes is built here, from the pod as the API server has it (``pod``) plus
 one of: a ``WorkloadState`` (``from_workload``), "not submitted yet" (``pending``), "can never
 run" (``rejected``), "the backend lost it" (``lost``) or "deleted and gone" (``deleted``).  All
-of them go through ``_render``, which owns the rules (contract §5):
+of them go through ``_render``, which owns the rules
+(docs/design/kubelet-contract.md, "Pod status"):
 
 * **phase** — the kubelet's ``getPhase`` over init/regular container states and restartPolicy; a
   backend-reported terminal phase wins (then every unfinished container is marked terminated,
@@ -180,7 +181,7 @@ def _exit_code(status: Mapping[str, Any]) -> int | None:
 def _keep_terminated(
     new: list[JSON], prev: Sequence[Mapping[str, Any]], restart_policy: str
 ) -> list[JSON]:
-    """A container that terminated for good stays terminated (API validation, contract §5)."""
+    """A container that terminated for good stays terminated (API validation)."""
     before = {str(c.get("name")): c for c in prev}
     out = []
     for cs in new:

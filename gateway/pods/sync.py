@@ -1,6 +1,6 @@
 """What to do about one pod, decided from the cached pod and the latest backend state.
 
-``PodSync.sync("ns/name")`` (contract §4):
+``PodSync.sync("ns/name")`` (docs/design/kubelet-contract.md, "Lifecycle"):
 
 ==============================================  =================================================
 pod terminal (Succeeded/Failed)                 nothing: never resubmitted, status frozen

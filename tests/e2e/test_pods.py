@@ -1,4 +1,4 @@
-"""Pod lifecycle on a real kube-apiserver with the simulated backend (issue 3, "must be shown").
+"""Pod lifecycle on a real kube-apiserver with the simulated backend.
 
 Each test gets its own namespace and its own gateway (node).  The simulated backend keeps its
 workloads in a state file (``<gateway workdir>/simulated-state.json``), which is how these

@@ -12,7 +12,7 @@ labels, so ``displayName`` is ``<ns>/<name>/<uid>/<container>`` (``…/init:<k>:
 containers): the reconcile list maps tasks back to pods with it.  Nothing else about the pod is put
 on the task — in particular never the pod JSON (the old provider leaked resolved secrets that way).
 
-Mapping decisions (see also batch.md §3):
+Mapping decisions (see also docs/design/batch.md, "Pod to task mapping"):
 
 * **Command.**  Batch runs the image with ``commandLine`` as the container command; ``""`` keeps
   the image default.  Kubernetes ``command`` replaces the ENTRYPOINT, so ``command[0]`` becomes

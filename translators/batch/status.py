@@ -2,7 +2,7 @@
 gateway).
 
 A pod is one main task plus one task per init container, recognised by ``displayName``
-(``spec.parse_display_name``).  Per task (batch.md §4, issue 8):
+(``spec.parse_display_name``).  Per task (docs/design/batch.md, "Task to pod status"):
 
 ===========================  ==========  =========================================================
 task                         phase       container state

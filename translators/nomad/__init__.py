@@ -3,7 +3,7 @@
 Modules: ``config`` (settings), ``client`` + ``errors`` (HTTP), ``jobs`` (pod → job),
 ``status`` (allocation → WorkloadState), ``views`` (job bookkeeping), ``capacity``,
 ``events`` (event stream) + ``notifier`` (push path), ``logs``, ``exec``, ``metrics``
-(allocation stats → usage), ``translator`` (ties them together).  Facts: shared/reference/nomad.md.
+(allocation stats → usage), ``translator`` (ties them together).  Facts: docs/design/nomad.md.
 """
 
 from translators.nomad.translator import NomadTranslator

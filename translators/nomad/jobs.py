@@ -16,7 +16,7 @@ Identity
     ``k8s.name``, ``k8s.uid`` (and the container names by role, for status mapping); only jobs
     whose owner *and* node match are ever listed, adopted or deleted.
 
-restartPolicy (issue 4 wins over nomad.md §7 for OnFailure, which suggested mode "delay")
+restartPolicy (docs/design/nomad.md, "Pod to job mapping"; OnFailure gives up, unlike Always)
     ============  =========  ==========================================================
     Always        service    restart {Attempts: restart_attempts, Mode: delay} — never gives up
     OnFailure     batch      restart {Attempts: restart_attempts, Mode: fail}, no reschedule

@@ -36,7 +36,7 @@ real ``nomad agent -dev``:
   eviction and ``kubectl top`` care about.  ``rssBytes`` = ``RSS``.
 * A field counts as measured only when its name is in the stats' ``Measured`` list (Nomad
   zero-fills the rest); a zero memory figure for a running task is never real either.  Unknown
-  stays None — never a fake zero (contract §7.2/§7.3).
+  stays None — never a fake zero (docs/design/kubelet-contract.md, "Resource metrics").
 
 Node totals: a virtual node *is* its pods (a Nomad client also runs other work, so the client's
 own figures would be wrong).  Memory and the CPU rate stay None here and the kubelet server sums

@@ -1,7 +1,7 @@
 """OpenStack Zun backend: single-container pods as Zun containers, the rest as capsules.
 
 Entry point ``translators.zun:ZunTranslator`` (group ``vkgate.translators``).  Facts it relies
-on: /work/shared/reference/zun.md.  Modules: ``config`` (settings table), ``auth`` (Keystone,
+on: docs/design/zun.md.  Modules: ``config`` (settings table), ``auth`` (Keystone,
 off the event loop), ``client`` (HTTP + microversions + errors), ``spec`` (pod → JSON through
 ``templates/zun``), ``status`` (JSON → ``WorkloadState``), ``capacity`` (quotas), ``logs``,
 ``exec``, ``translator`` (the per-node object).

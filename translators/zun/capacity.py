@@ -1,12 +1,12 @@
 """Node capacity from the project's Zun quotas and usages (``GET /quotas/{project}?usages=True``).
 
-zun.md §6: ``cpu`` = cpu.limit vCPU, ``memory`` = memory.limit MiB, ``pods`` =
-containers.limit.  The node advertises what vkgate can still use: the limit minus the usage
-*not* caused by vkgate's own workloads (other tenants of the same project), so the scheduler
-neither over-commits nor counts our own pods twice.  ``-1`` (unlimited) falls back to the sum
-of ``GET /hosts`` (admin only, opt-in ``use_hosts``) or to the defaults below; when a quota and
-host totals both exist the smaller wins.  Configured ``cpu``/``memory``/``pods`` win over all.
-Pure functions: the translator fetches, this module computes.
+docs/design/zun.md, "Capacity from quotas": ``cpu`` = cpu.limit vCPU, ``memory`` = memory.limit MiB,
+``pods`` = containers.limit.  The node advertises what vkgate can still use: the limit minus the
+usage *not* caused by vkgate's own workloads (other tenants of the same project), so the scheduler
+neither over-commits nor counts our own pods twice.  ``-1`` (unlimited) falls back to the sum of
+``GET /hosts`` (admin only, opt-in ``use_hosts``) or to the defaults below; when a quota and host
+totals both exist the smaller wins.  Configured ``cpu``/``memory``/``pods`` win over all. Pure
+functions: the translator fetches, this module computes.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 Version = tuple[int, int]
 
-#: Microversion each optional feature needs (zun.md §1).
+#: Microversion each optional feature needs (docs/design/zun.md, "Auth and microversions").
 FEATURES: dict[str, tuple[Version, str]] = {
     "hostname": ((1, 9), "container hostname"),
     "async_delete": ((1, 10), "asynchronous container delete"),
@@ -492,7 +492,10 @@ class ZunClient:
 
 
 def _text_body(resp: httpx.Response) -> str:
-    """Logs come as text, or as a JSON-encoded string (zun.md §2): accept both."""
+    """Logs come as text or as a JSON-encoded string: accept both.
+
+    (docs/design/zun.md, "Endpoints".)
+    """
     if "json" in resp.headers.get("content-type", ""):
         try:
             value = resp.json()

@@ -7,7 +7,7 @@
 * **Interactive** (stdin or tty requested): ``run=false&interactive=true`` returns a WebSocket
   ``url`` (Zun's wsproxy) and an ``exec_id`` for ``execute_resize``.  Bytes are relayed raw
   both ways.  Upstream documents neither the framing nor an exit code for this path
-  (zun.md §2 "protocol unverified"): ``wait()`` returns 0 after a normal close and 1
+  (docs/design/zun.md, "Limitations"): ``wait()`` returns 0 after a normal close and 1
   otherwise.  A server that answers without a ``url`` gets a clear ``UnsupportedError``.
 
 Only standalone containers support exec (capsule containers answer 404; the translator

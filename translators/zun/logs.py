@@ -1,13 +1,13 @@
 """Container logs through ``GET /containers/{id}/logs``, with ``follow`` done by polling.
 
-Zun has no streaming logs (zun.md §7), so ``kubectl logs -f`` is emulated: fetch with
-``timestamps=True``, then every ``poll_interval`` seconds fetch again with
-``since=<last timestamp, whole seconds>`` and drop the lines already sent (same timestamp and
-text).  The stream ends once the container is no longer running (after one last fetch) or the
-client goes away.  Timestamps are stripped again unless the caller asked for them.  Other
-options: ``tailLines`` → ``tail``, ``sinceTime``/``sinceSeconds`` → ``since`` (epoch seconds),
-``stream=Stdout|Stderr`` → the ``stdout``/``stderr`` flags, ``limitBytes`` is applied here,
-``previous`` is refused (Zun keeps no previous instance).
+Zun has no streaming logs (docs/design/zun.md, "Limitations"), so ``kubectl logs -f`` is emulated:
+fetch with ``timestamps=True``, then every ``poll_interval`` seconds fetch again with ``since=<last
+timestamp, whole seconds>`` and drop the lines already sent (same timestamp and text).  The stream
+ends once the container is no longer running (after one last fetch) or the client goes away.
+Timestamps are stripped again unless the caller asked for them.  Other options: ``tailLines`` →
+``tail``, ``sinceTime``/``sinceSeconds`` → ``since`` (epoch seconds), ``stream=Stdout|Stderr`` → the
+``stdout``/``stderr`` flags, ``limitBytes`` is applied here, ``previous`` is refused (Zun keeps no
+previous instance).
 
 Only standalone containers have logs: Zun looks the id up among plain containers, so a
 capsule container answers 404, which the translator turns into a clear message.

@@ -5,14 +5,14 @@ microversion allows, name validity) live here and are handed to the template as
 ``backend_info``; the templates (``templates/zun/container.j2``, ``capsule.j2``) only arrange
 them into JSON, so teams can override a block without re-implementing the rules.
 
-Mapping (zun.md §4): one main container and no init containers → a standalone container (logs
-and exec work); anything else → a capsule (needs capsule support, ≥1.34 for init containers),
-otherwise ``UnsupportedError(reason="UnsupportedByBackend")``.  Kubernetes ``command`` becomes
-Zun ``entrypoint`` (≥1.40) and ``args`` becomes ``command``.  emptyDir volumes become
-auto-removed Cinder volumes; ConfigMap/Secret/projected/downwardAPI volumes have no Zun
+Mapping (docs/design/zun.md, "Pod to Zun mapping"): one main container and no init containers → a
+standalone container (logs and exec work); anything else → a capsule (needs capsule support, ≥1.34
+for init containers), otherwise ``UnsupportedError(reason="UnsupportedByBackend")``.  Kubernetes
+``command`` becomes Zun ``entrypoint`` (≥1.40) and ``args`` becomes ``command``.  emptyDir volumes
+become auto-removed Cinder volumes; ConfigMap/Secret/projected/downwardAPI volumes have no Zun
 equivalent (``mounts`` carries Cinder volumes only) → ``UnsupportedError(reason=
-"UnsupportedVolume")``.  The ServiceAccount token volume (``kube-api-access-*``) that admission
-adds to every pod is skipped: a Zun workload cannot reach the API server through it anyway.
+"UnsupportedVolume")``.  The ServiceAccount token volume (``kube-api-access-*``) that admission adds
+to every pod is skipped: a Zun workload cannot reach the API server through it anyway.
 
 imagePullSecrets: a standalone container whose image matches one of the pod's credentials
 gets ``registry`` = the uuid of a vkgate-owned Zun registry object holding that login (made by
@@ -55,7 +55,7 @@ ANN_NETS = ANN + "zun-nets"
 ANN_SECURITY_GROUPS = ANN + "zun-security-groups"
 ANN_AZ = ANN + "zun-availability-zone"
 
-#: Labels every vkgate workload carries in Zun (zun.md §4 "ownership").
+#: Labels every vkgate workload carries in Zun (docs/design/zun.md, "Pod to Zun mapping").
 LABEL_NODE = "vkgate.node"
 LABEL_NAMESPACE = "k8s.namespace"
 LABEL_NAME = "k8s.name"

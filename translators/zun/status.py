@@ -1,6 +1,7 @@
 """Zun container / capsule JSON → ``WorkloadState`` (pure functions, golden-tested).
 
-zun.md §5 is the table this module implements.  A few decisions the table leaves open:
+docs/design/zun.md, "Zun to pod status", is the table this module implements.  A few decisions the
+table leaves open:
 
 * **Exit codes** come from ``status_detail`` (``Exited(3) 2 mins ago``, ``Restarting (3) …``).  A ``Stopped``
   container whose detail has no parsable code is reported as exit code 1 with reason
@@ -142,7 +143,7 @@ def container_state(
     restart_count: int = 0,
     previous: ContainerState | None = None,
 ) -> ContainerState:
-    """One Zun container → ``ContainerState`` (zun.md §5 table)."""
+    """One Zun container → ``ContainerState`` (docs/design/zun.md, "Zun to pod status")."""
     status = str(c.get("status") or "Unknown")
     detail = str(c.get("status_detail") or "").strip()
     reason_text = str(c.get("status_reason") or "").strip()

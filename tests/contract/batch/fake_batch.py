@@ -5,7 +5,7 @@ It is an ``httpx`` handler (``FakeBatch.handle``) so the real SDK pipeline runs 
 are all exercised — and ``serve_loopback`` puts the same object behind a 127.0.0.1 HTTP server for
 end-to-end tests with a gateway subprocess.
 
-What it implements (batch.md §2, REST reference):
+What it implements (docs/design/batch.md, "REST facts", and the REST reference):
 
 * **SharedKey validation** computed like the service: VERB, the eleven standard headers
   (Content-Length as received), ``ocp-*`` headers sorted, ``/<account><path>`` and the decoded

@@ -1,5 +1,5 @@
 """A stateful fake OpenStack — Keystone v3 tokens + Zun API v1 — built from the public API
-reference (and zun.md), for the Zun translator's contract and e2e tests.
+reference (and docs/design/zun.md), for the Zun translator's contract and e2e tests.
 
 It keeps containers and capsules in memory and moves them through
 ``Creating → Created → Running → Stopped/Error`` (and ``Restarting``, ``Deleting``) on a

@@ -1,4 +1,7 @@
-"""Environment resolution, table-driven against what the kubelet produces (contract §6)."""
+"""Environment resolution, table-driven against what the kubelet produces.
+
+Rules: docs/design/kubelet-contract.md, "Environment resolution".
+"""
 
 from __future__ import annotations
 
