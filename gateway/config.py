@@ -113,7 +113,9 @@ class KubeSettings:
 
 @dataclass
 class KubeletSettings:
-    address: str = field(default="", metadata=doc("Listen address; default: the node InternalIP"))
+    address: str = field(
+        default="0.0.0.0", metadata=doc("Listen address (default: all interfaces, as the kubelet)")
+    )
     port: int = field(default=10250, metadata=doc("Kubelet HTTPS port", lo=1, hi=65535))
     cert_file: str = field(
         default="", metadata=doc("Serving certificate (PEM); empty: self-signed")

@@ -215,6 +215,7 @@ def resolve(
         host_ips=("127.0.0.1",),
         enable_service_links=False,
     )
+    team_source = "--team" if team else ""
     if not team and inputs.namespace is not None:
         team = str(
             ((inputs.namespace.get("metadata") or {}).get("labels") or {}).get(TEAM_LABEL, "")
@@ -255,6 +256,7 @@ def resolve(
         init_containers=inits,
         volumes=volumes,
         team=team,
+        team_source=team_source,
         host_ip="127.0.0.1",
         registry_credentials=pulls.credentials,
     )

@@ -102,8 +102,6 @@ def render_main(
     except TranslatorError as exc:
         print(f"vkgate render: {type(exc).__name__}: {exc}", file=err)
         return 1
-    if args.team:
-        resolved.notes.insert(0, f"team {args.team!r} given by --team")
     if args.explain:
         _print_explain(
             err,

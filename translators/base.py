@@ -203,6 +203,8 @@ class ResolvedPod:
     init_containers: tuple[ResolvedContainer, ...] = ()
     volumes: tuple[ResolvedVolume, ...] = ()
     team: str = ""
+    #: Where ``team`` came from, for ``vkgate render --explain`` (empty: the namespace label).
+    team_source: str = ""
     template: str = ""
     #: Values the node knows (podIP is filled when known, for status.* fieldRefs).
     host_ip: str = ""

@@ -335,11 +335,10 @@ class Renderer:
         default = self.defaults.get(backend) or default
         team = self.team_of(pod)
         steps: list[str] = []
-        source = (
-            "the team map in config (templates.teams)"
-            if team and not pod.team
-            else "the namespace label vkgate.io/team"
-        )
+        if not pod.team:
+            source = "the team map in config (templates.teams)"
+        else:
+            source = pod.team_source or "the namespace label vkgate.io/team"
         steps.append(f"team: {team!r} (from {source})" if team else "team: none")
         annotations = (pod.pod.get("metadata", {}) or {}).get("annotations", {}) or {}
         requested = override or pod.template or annotations.get(ANNOTATION, "")

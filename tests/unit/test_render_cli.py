@@ -401,3 +401,25 @@ def test_renderable_backend_is_used_and_template_flag_bypasses_the_allow_list(
     assert json.loads(out)["Job"]["Priority"] == 7
     assert made[-1].calls == ["nomad/other.j2"]
     assert "rendered by FakeNomad.render_spec" in err
+
+
+def test_explain_names_one_source_for_the_team(
+    tdir: Path, pod_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--team wins over the Namespace label, and --explain says so once, without contradiction."""
+    code, _out, err = run(
+        capsys,
+        "render",
+        str(pod_file),
+        "--backend",
+        "nomad",
+        "--templates-dir",
+        str(tdir),
+        "--team",
+        "other",
+        "--explain",
+    )
+    assert code == 0
+    team_lines = [line for line in err.splitlines() if "team" in line and "'other'" in line]
+    assert team_lines == ["#   team: 'other' (from --team)"]
+    assert "namespace label" not in err
