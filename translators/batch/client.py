@@ -192,7 +192,7 @@ def _as_json(model: Any) -> JSON:
 
 
 def make_credential(settings: BatchSettings, http_client: httpx.AsyncClient) -> Any:
-    """Shared key, or azure-identity's ``DefaultAzureCredential`` (docs/backends/batch.md).
+    """Shared key, or azure-identity's ``DefaultAzureCredential`` (docs/design/batch.md, "Credentials").
 
     The credential's token requests go through ``http_client`` too: azure-core's default async
     transport needs aiohttp, which vkgate does not install, so without this every token request

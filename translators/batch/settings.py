@@ -6,7 +6,7 @@ place that reads and validates it, so a typo fails at startup naming the key
 ``VKGATE_BACKEND__BATCH__ACCOUNT_KEY`` (the generic settings mechanism) or the Azure CLI's
 conventional ``AZURE_BATCH_ACCOUNT`` / ``AZURE_BATCH_ACCESS_KEY`` / ``AZURE_BATCH_ENDPOINT``.
 
-Credentials follow the Azure SDK convention (docs/backends/batch.md): a shared key when one is
+Credentials follow the Azure SDK convention (docs/design/batch.md, "Credentials"): a shared key when one is
 configured (``account_key`` or ``$AZURE_BATCH_ACCESS_KEY``), otherwise azure-identity's
 ``DefaultAzureCredential`` (``AZURE_TENANT_ID`` / ``AZURE_CLIENT_ID`` / ``AZURE_CLIENT_SECRET``,
 workload identity, managed identity, the Azure CLI login …).  ``auth = "shared_key"`` or

@@ -6,7 +6,7 @@ the usual places (or ``$OS_CLIENT_CONFIG_FILE`` / ``$OS_CLIENT_SECURE_FILE``), e
 profiles (``profile:``), selects the cloud (``cloud`` setting, ``$OS_CLOUD``, the ``OS_*``
 variables) and region, and builds the keystoneauth session.  ``[backend.zun]`` keys (``auth``,
 ``auth_type``, ``region_name``, ``interface``, ``verify``, ``cacert``) override what it found.
-See docs/backends/zun.md.
+See docs/design/zun.md, "Credentials".
 
 keystoneauth1 is **synchronous** (``requests``), so every call into it runs in a worker thread
 via ``asyncio.to_thread`` and an ``asyncio.Lock`` keeps concurrent requests from starting a
