@@ -74,6 +74,7 @@ class ZunConfig:
     delete_poll_interval: float = 2.0
     log_poll_interval: float = 1.0
     interactive_exec: bool = True
+    send_image_pull_policy: bool = False
     cpu: str = ""
     memory: str = ""
     pods: int = 0
@@ -107,6 +108,8 @@ HELP: dict[str, str] = {
     "stop_slack": "seconds after the grace period before a delete is escalated",
     "delete_poll_interval": "seconds between checks while a stop/delete completes",
     "log_poll_interval": "seconds between log polls for kubectl logs -f",
+    "send_image_pull_policy": "send imagePullPolicy for standalone containers (Zun's default "
+    "policy container:create:image_pull_policy allows it to admins only: 403 otherwise)",
     "interactive_exec": "allow interactive exec through Zun's WebSocket URL (unverified upstream)",
     "cpu": "capacity override (quantity), else quotas",
     "memory": "capacity override (quantity), else quotas",

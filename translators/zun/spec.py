@@ -153,8 +153,10 @@ class SpecBuilder:
         capsules: bool = True,
         cinder_volumes: bool = True,
         emptydir_size_gb: int = 1,
+        send_image_pull_policy: bool = False,
     ) -> None:
         self.renderer = renderer
+        self.send_image_pull_policy = send_image_pull_policy
         self.settings = {k: v for k, v in settings.items() if k not in AUTH_KEYS and k != "auth"}
         self.name_prefix = name_prefix
         self.security_groups = list(security_groups)
@@ -180,6 +182,7 @@ class SpecBuilder:
             capsules=cfg.capsules,
             cinder_volumes=cfg.cinder_volumes,
             emptydir_size_gb=cfg.emptydir_size_gb,
+            send_image_pull_policy=cfg.send_image_pull_policy,
         )
 
     # -- decisions -----------------------------------------------------------------------
@@ -422,7 +425,32 @@ class SpecBuilder:
                 {"name": n, "cinder": {"size": s, "autoRemove": True}} for n, s in sizes.items()
             ],
         }
+        if kind == "container":
+            self._fit_container_policy(info, pod)
         return info
+
+    def _fit_container_policy(self, info: dict[str, Any], pod: ResolvedPod) -> None:
+        """What Zun's API refuses for standalone containers (docs/backends/zun.md):
+
+        * ``exposed_ports`` together with ``security_groups`` (its create schema forbids both:
+          exposed ports make Zun create a security group of its own) → the ports are left out,
+          the configured groups must open them;
+        * ``image_pull_policy`` from a non-admin (policy ``container:create:image_pull_policy``
+          is admin-only by default) → left out unless ``send_image_pull_policy`` is set; Zun
+          then pulls when the image is missing or tagged ``latest``, like Kubernetes' default.
+        """
+        z = info["containers"][0]
+        if z.get("exposed_ports") and info["security_groups"]:
+            log.info(
+                "zun: %s/%s: exposed_ports left out (Zun refuses them together with "
+                "security_groups %s; those groups must open the ports)",
+                pod.namespace,
+                pod.name,
+                ",".join(info["security_groups"]),
+            )
+            z["exposed_ports"] = {}
+        if not self.send_image_pull_policy:
+            z["image_pull_policy"] = ""
 
     # -- rendering -----------------------------------------------------------------------
 

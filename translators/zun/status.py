@@ -14,6 +14,10 @@ table leaves open:
   and ``started_at`` changes it observes (``RestartTracker``) and passes the count in.
   ``Restarting`` maps to ``waiting{CrashLoopBackOff}`` with the last exit code in
   ``last_terminated``.
+* **startedAt**: Zun's API does not return ``started_at`` (its container view,
+  ``containers_view._basic_keys``, leaves it out; see docs/backends/zun.md), so the stable
+  ``created_at`` stands in when it is absent.  For the same reason restarts are, against a real
+  Zun, counted from ``Restarting`` transitions only.
 * **hostIP**: Zun's ``host`` is an admin-only *hostname*; it is used only when it is an IP
   address, else left empty (the gateway then reports the node's InternalIP).
 * **podIP**: the first IPv4 address of ``addresses`` (the old provider took the last).
@@ -147,7 +151,7 @@ def container_state(
     status = str(c.get("status") or "Unknown")
     detail = str(c.get("status_detail") or "").strip()
     reason_text = str(c.get("status_reason") or "").strip()
-    started = parse_time(c.get("started_at"))
+    started = parse_time(c.get("started_at")) or parse_time(c.get("created_at"))
     updated = parse_time(c.get("updated_at"))
     code = exit_code(detail)
     base = ContainerState(

@@ -168,6 +168,14 @@ def default_exec(command: str) -> tuple[str, int]:
     return f"ran {json.dumps(argv)}\n", code
 
 
+class ComputeFailure(Exception):
+    """A rejection decided behind Zun's API layer (zun-compute), which the fake imitates."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
 class ZunFailure(Exception):
     def __init__(self, status: int, detail: str, title: str = "") -> None:
         super().__init__(detail)
@@ -224,8 +232,19 @@ class FakeOpenStack:
         restart_delay: float = 2.0,
         token_ttl: float = 3600.0,
         clock: Callable[[], float] | None = None,
+        upstream: Any = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: ``zun_upstream.ZunUpstream``: Zun's own API app; every Zun request is replayed
+        #: through it first (its rejections win) and reads are rendered with its views.
+        self.upstream = upstream
+        #: fake id → the same object's id in Zun's database (containers, capsules, registries,
+        #: the project)
+        self.shadow: dict[str, str] = {project_id: "s" + _uuid.uuid4().hex}
+        #: requests Zun's API accepted but the fake rejected (a test fails on any)
+        self.disagreements: list[str] = []
+        #: (method, path, status) of every request Zun's API answered
+        self.upstream_answers: list[tuple[str, str, int]] = []
         self.min_version = _v(min_version)
         self.max_version = _v(max_version)
         self.username = username
@@ -636,10 +655,22 @@ class FakeOpenStack:
             return self._zun_error(exc, self._version_headers(None))
         headers = self._version_headers(version)
         self._tick(self.now())
+        upstream = self._replay(request, path, query) if self.upstream is not None else None
+        if upstream is not None and upstream[0] >= 400:
+            return httpx.Response(upstream[0], json=upstream[1], headers=headers)
         try:
             status, body = self._route(request, path[3:] or "/", query, version)
+        except ComputeFailure as exc:
+            return self._zun_error(ZunFailure(exc.status, exc.detail), headers)
         except ZunFailure as exc:
+            if upstream is not None:
+                self.disagreements.append(
+                    f"{request.method} {path}: Zun's API answered {upstream[0]}, "
+                    f"the fake {exc.status} {exc.detail}"
+                )
             return self._zun_error(exc, headers)
+        if upstream is not None and request.method == "POST" and isinstance(body, dict):
+            self._remember_shadow(body, upstream[1])
         if status == 204:
             return httpx.Response(204, headers=headers)
         return httpx.Response(status, json=body, headers=headers)
@@ -894,7 +925,8 @@ class FakeOpenStack:
                 "image_pull_policy", pull, "is not one of ['never', 'always', 'ifnotpresent']"
             )
         if body["image"] in self.api_missing_images:
-            raise ZunFailure(404, f"Image {body['image']} could not be found.")
+            # zun.compute.api.API.container_create asks a compute host (image_search over RPC)
+            raise ComputeFailure(404, f"Image {body['image']} could not be found.")
         if "registry" in body:
             self._find_registry(str(body["registry"]))
 
@@ -965,7 +997,85 @@ class FakeOpenStack:
             self._schedule(c, "created", self.create_seconds)
         return c
 
+    # -- Zun's own API (zun_upstream) --------------------------------------------------------
+
+    def _to_shadow(self, text: str) -> str:
+        for ours, theirs in self.shadow.items():
+            text = text.replace(ours, theirs)
+        return text
+
+    def _replay(
+        self, request: httpx.Request, path: str, query: dict[str, list[str]]
+    ) -> tuple[int, Any] | None:
+        """Send the request through Zun's API app, on the shadow of the object it names."""
+        parts = [p for p in path.split("/") if p]
+        project, user = self.shadow[self.project_id], self.user_id
+        for ident in (parts[2:3] if parts[1:2] in (["containers"], ["capsules"]) else []) + (
+            query.get("marker") or []
+        ):
+            obj = self.containers.get(ident) or self.capsules.get(ident)
+            if obj is not None and ident not in self.shadow:  # made by a test helper
+                kind = "capsule" if ident in self.capsules else "container"
+                if kind == "container" and self._priv[ident].capsule:
+                    kind = "capsule_container"
+                self.upstream.adopt(kind, obj, project_id=project, user_id=user)
+                self.shadow[ident] = ident
+        if len(parts) >= 3 and parts[1] in ("containers", "capsules"):
+            obj = self.containers.get(parts[2]) or self.capsules.get(parts[2])
+            if obj is None:
+                # gone from the fake (deleted) or named, not by uuid: the fake answers alone
+                return None
+            if parts[2] in self.shadow:
+                self.upstream.set_status(
+                    self.shadow[parts[2]],
+                    obj["status"],
+                    project_id=self.shadow[self.project_id],
+                    user_id=self.user_id,
+                )
+        status, body, _ = self.upstream.call(
+            request.method,
+            self._to_shadow(path),
+            query={k: [self._to_shadow(v) for v in vs] for k, vs in query.items()},
+            version=request.headers.get("OpenStack-API-Version"),
+            body=self._to_shadow(request.content.decode()).encode() if request.content else b"",
+            project_id=self.shadow[self.project_id],
+            user_id=self.user_id,
+            admin=self.admin,
+        )
+        self.upstream_answers.append((request.method, "/container" + path, status))
+        return status, body
+
+    def _remember_shadow(self, ours: dict[str, Any], theirs: Any) -> None:
+        def uuid_of(body: Any) -> str:
+            if not isinstance(body, dict):
+                return ""
+            inner = body.get("registry") if isinstance(body.get("registry"), dict) else body
+            return str(inner.get("uuid") or "")
+
+        if uuid_of(ours) and uuid_of(theirs):
+            self.shadow[uuid_of(ours)] = uuid_of(theirs)
+
+    def _render(self, out: dict[str, Any], kind: str) -> dict[str, Any]:
+        """``out`` as Zun's own view code shows it (field set, policy filtering, links)."""
+        if self.upstream is None:
+            return out
+        render = (
+            self.upstream.render_capsule if kind == "capsule" else self.upstream.render_container
+        )
+        return dict(
+            render(
+                out,
+                f"{self.base_url}/container",
+                project_id=self.project_id,
+                user_id=self.user_id,
+                admin=self.admin,
+            )
+        )
+
     def _view(self, c: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
+        return self._render(self._fake_view(c, version), "container")
+
+    def _fake_view(self, c: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
         out = {
             k: v
             for k, v in c.items()
@@ -1379,10 +1489,10 @@ class FakeOpenStack:
     def _capsule_view(self, cap: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
         cp = self._cap_priv[cap["uuid"]]
         mains = [
-            self._view(self.containers[u], version) for u in cp["main"] if u in self.containers
+            self._fake_view(self.containers[u], version) for u in cp["main"] if u in self.containers
         ]
         inits = [
-            self._view(self.containers[u], version) for u in cp["init"] if u in self.containers
+            self._fake_view(self.containers[u], version) for u in cp["init"] if u in self.containers
         ]
         out = {k: v for k, v in cap.items() if not k.startswith("_") and k != "availability_zone"}
         if version < (1, 38):
@@ -1393,7 +1503,7 @@ class FakeOpenStack:
         out["init_containers"] = inits
         out["cpu"] = sum(float(c.get("cpu") or 0) for c in mains)
         out["memory"] = str(sum(int(c.get("memory") or 0) for c in mains))
-        return out
+        return self._render(out, "capsule")
 
     def _delete_capsule(self, cap: dict[str, Any]) -> None:
         cp = self._cap_priv[cap["uuid"]]
