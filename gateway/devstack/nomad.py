@@ -39,7 +39,25 @@ FINGERPRINT_DENYLIST = "env_aws,env_gce,env_azure,env_digitalocean"
 DRIVER_DENYLIST = "docker,java,qemu"
 
 
-def _config(*, workdir: Path, http: int, rpc: int, serf: int) -> str:
+def docker_plugin(docker_host: str) -> dict[str, Any]:
+    """The docker driver pointed at a private dockerd (``gateway.devstack.docker``).
+
+    ``gc.image = false``: Nomad would otherwise delete the locally imported test image a few
+    minutes after its last task, and the next task would try to pull it.  Images whose tag is
+    not ``latest`` and that exist locally are never pulled (``force_pull`` false)."""
+    return {
+        "config": {
+            "endpoint": docker_host,
+            "gc": {"image": False, "container": True},
+            "volumes": {"enabled": True},
+            "allow_privileged": False,
+        }
+    }
+
+
+def _config(
+    *, workdir: Path, http: int, rpc: int, serf: int, docker_host: str | None = None
+) -> str:
     # HCL is a superset of JSON: the agent reads a .json config file directly.
     cfg: dict[str, Any] = {
         "datacenter": DATACENTER,
@@ -56,10 +74,13 @@ def _config(*, workdir: Path, http: int, rpc: int, serf: int) -> str:
             "state_dir": str(workdir / "client"),
             "options": {
                 "fingerprint.denylist": FINGERPRINT_DENYLIST,
-                "driver.denylist": DRIVER_DENYLIST,
+                "driver.denylist": DRIVER_DENYLIST if docker_host is None else "java,qemu",
             },
         },
-        "plugin": {"raw_exec": {"config": {"enabled": True}}},
+        "plugin": {
+            "raw_exec": {"config": {"enabled": True}},
+            **({"docker": docker_plugin(docker_host)} if docker_host else {}),
+        },
         "consul": {"auto_advertise": False, "server_auto_join": False, "client_auto_join": False},
         "vault": {"enabled": False},
     }
@@ -135,10 +156,16 @@ def _chown_tree(path: Path, uid: int, gid: int, *, skip: Path) -> None:
                 os.chown(p, uid, gid)
 
 
-def _start_once(exe: Path, wd: Path, timeout: float, ids: tuple[int, int] | None) -> NomadAgent:
+def _start_once(
+    exe: Path,
+    wd: Path,
+    timeout: float,
+    ids: tuple[int, int] | None,
+    docker_host: str | None = None,
+) -> NomadAgent:
     http, rpc, serf = free_port(), free_port(), free_port()
     conf = wd / "agent.json"
-    conf.write_text(_config(workdir=wd, http=http, rpc=rpc, serf=serf))
+    conf.write_text(_config(workdir=wd, http=http, rpc=rpc, serf=serf, docker_host=docker_host))
     env = dict(os.environ, CHECKPOINT_DISABLE="1")
     if ids is not None:
         # The cache under $HOME is usually not traversable for `nobody`: link (or copy) the
@@ -181,7 +208,11 @@ def _start_once(exe: Path, wd: Path, timeout: float, ids: tuple[int, int] | None
 
 
 def launch_nomad(
-    *, workdir: Path | None = None, timeout: float = 90.0, run_as: str = ""
+    *,
+    workdir: Path | None = None,
+    timeout: float = 90.0,
+    run_as: str = "",
+    docker_host: str | None = None,
 ) -> NomadAgent:
     """Start the dev agent and wait for a leader and a ready node; the caller must stop it.
 
@@ -190,6 +221,8 @@ def launch_nomad(
     Nomad turns cgroups off; ``auto`` tries root first and falls back to unprivileged when the
     agent dies on a cgroup error (cgroup v2 in a container: ``subtree_control: device or
     resource busy``).  Measured here (cgroup v1, root): root works, cgroups under ``/nomad``.
+    ``docker_host`` (``unix://…`` of a private dockerd) enables the docker driver; the agent
+    then runs as root (the socket is root's).
     """
     mode = run_as or os.environ.get("VKGATE_NOMAD_RUN_AS", "auto")
     if mode not in {"auto", "root", "unprivileged"}:
@@ -198,12 +231,12 @@ def launch_nomad(
     wd = workdir or Path(tempfile.mkdtemp(prefix="vkgate-nomad-"))
     is_root = os.geteuid() == 0
     try:
-        if mode == "unprivileged" and is_root:
+        if mode == "unprivileged" and is_root and docker_host is None:
             return _start_once(exe, wd, timeout, _unprivileged_ids())
         try:
-            return _start_once(exe, wd, timeout, None)
+            return _start_once(exe, wd, timeout, None, docker_host)
         except DevstackError as exc:
-            if not (mode == "auto" and is_root and "cgroup" in str(exc).lower()):
+            if docker_host or not (mode == "auto" and is_root and "cgroup" in str(exc).lower()):
                 raise
             log.warning("nomad as root failed on cgroups; retrying as an unprivileged user")
             for leftover in ("data", "alloc", "client"):

@@ -26,6 +26,7 @@ import pytest
 
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
+from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image
 from gateway.devstack.nomad import NomadAgent, launch_nomad
 from gateway.devstack.process import BinaryUnavailable
 from gateway.devstack.tools import find_kubectl
@@ -105,6 +106,34 @@ def nomad_agent() -> Iterator[NomadAgent]:
     """A ``nomad agent -dev`` on loopback ports with raw_exec; ``.address``, ``.datacenter``."""
     try:
         agent = launch_nomad()
+    except BinaryUnavailable as exc:
+        unavailable(str(exc).splitlines()[0])
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+@pytest.fixture(scope="session")
+def dockerd() -> Iterator[Dockerd]:
+    """A private dockerd (temp dir, unix socket, no network plumbing) holding ``busybox:1.36``,
+    imported from Debian's static busybox: nothing is ever pulled."""
+    try:
+        d = launch_dockerd()
+    except BinaryUnavailable as exc:
+        unavailable(f"docker tier: {str(exc).splitlines()[0]}")
+    try:
+        make_busybox_image(d)
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_nomad(dockerd: Dockerd) -> Iterator[NomadAgent]:
+    """A second ``nomad agent -dev`` whose docker driver talks to ``dockerd``."""
+    try:
+        agent = launch_nomad(docker_host=dockerd.host)
     except BinaryUnavailable as exc:
         unavailable(str(exc).splitlines()[0])
     try:

@@ -185,3 +185,13 @@ def test_pod_ip_placeholder_is_the_only_string_nomad_interpolates(nomad_agent: N
     ]
     got = asyncio.run(printed(nomad_agent, strings, template="nomad/raw_exec.j2"))
     assert got == expect(strings, "127.0.0.1")
+
+
+@settings(max_examples=1, deadline=None, phases=[Phase.explicit, Phase.generate], database=None)
+@example(strings=FIXED)
+@given(strings=st.lists(nasty, min_size=50, max_size=50))
+def test_docker_process_gets_pod_strings_byte_for_byte(
+    docker_nomad: NomadAgent, strings: list[str]
+) -> None:
+    got = asyncio.run(printed(docker_nomad, strings, template="nomad/job.j2"))
+    assert got == expect(strings, "127.0.0.1")
