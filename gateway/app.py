@@ -142,10 +142,20 @@ class App:
                 client=self.kube,
                 clock=self.clock,
                 hosts=lambda: [self.node.internal_ip],
+                ready=self.readiness,
             )
             add_component_collectors(self.kubelet.registry, kube=self.kube, pods=self.pods)
         self._stop = asyncio.Event()
         self._started: list[Any] = []
+
+    def readiness(self) -> str | None:
+        """``/readyz``: None when the Node is registered and the backend answers its ping."""
+        if self.node.node is None:
+            return f"node {self.settings.node.name} is not registered yet"
+        if not self.node.ready:
+            error = self.node.health.last_error or "no successful ping yet"
+            return f"{self.settings.backend.kind} backend unreachable: {error}"
+        return None
 
     def components(self) -> list[Any]:
         """Optional components, in start order (each has async start()/stop())."""

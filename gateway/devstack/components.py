@@ -25,6 +25,7 @@ NOMAD_VERSION = "1.11.3"
 NOMAD_COMMIT = "173ab08a0210"
 METRICS_SERVER_VERSION = "0.9.0"
 VK_VERSION = "1.13.0"
+HELM_VERSION = "3.22.0"
 
 #: The pseudo-version of the v1.11.3 tag commit (v0.0.0-20260311091027-173ab08a0210) is refused by
 #: the module proxy ("403 This module version is not available"); this is the newest api
@@ -194,9 +195,22 @@ def vk_e2e(version: str = VK_VERSION) -> Module:
     )
 
 
+def helm(version: str = HELM_VERSION) -> Module:
+    """helm, for ``helm lint`` / ``helm template`` of deploy/helm (docs/deploy.md)."""
+    pkg = "helm.sh/helm/v3/cmd/helm"
+    return Module(
+        folder="helm",
+        version=version,
+        binaries=(Binary("helm", pkg),),
+        requires=(f"helm.sh/helm/v3 v{version}",),
+        get=(f"{pkg}@v{version}",),
+        ldflags=("-s", "-w", f"-X helm.sh/helm/v3/internal/version.version=v{version}"),
+    )
+
+
 def modules() -> dict[str, Module]:
     """Every pinned module by folder name."""
-    mods = (kubernetes(), etcd(), nomad(), metrics_server(), vk_e2e())
+    mods = (kubernetes(), etcd(), nomad(), metrics_server(), vk_e2e(), helm())
     return {m.folder: m for m in mods}
 
 

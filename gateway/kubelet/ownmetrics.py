@@ -251,12 +251,18 @@ def path_class(path: str) -> str:
     return first if first in known else "other"
 
 
-class MetricsServer:
-    """Plain-HTTP ``/metrics`` (and ``/healthz``) on ``address`` ("host:port")."""
+#: Readiness check: None when ready, else the reason it is not.
+Readiness = Callable[[], "str | None"]
 
-    def __init__(self, registry: Registry, address: str) -> None:
+
+class MetricsServer:
+    """Plain-HTTP ``/metrics``, ``/healthz`` (liveness: the event loop answers) and ``/readyz``
+    (``ready()``: the Node is registered and the backend reachable) on ``address``."""
+
+    def __init__(self, registry: Registry, address: str, *, ready: Readiness | None = None) -> None:
         host, _, port = address.rpartition(":")
         self.registry = registry
+        self.ready = ready
         self._http = HttpServer(
             self._handle, host=host.strip("[]") or "127.0.0.1", port=int(port), name="metrics"
         )
@@ -278,5 +284,11 @@ class MetricsServer:
             await ex.send(200, self.registry.render(), content_type=CONTENT_TYPE)
         elif req.path == "/healthz":
             await ex.send(200, "ok")
+        elif req.path == "/readyz":
+            reason = self.ready() if self.ready is not None else None
+            if reason is None:
+                await ex.send(200, "ok")
+            else:
+                await ex.send(503, f"not ready: {reason}\n")
         else:
             await ex.fail(404, f"{req.path} not found (try /metrics)")

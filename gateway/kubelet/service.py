@@ -20,6 +20,7 @@ from gateway.kubelet.certs import CertStore
 from gateway.kubelet.ownmetrics import (
     GatewayMetrics,
     MetricsServer,
+    Readiness,
     Registry,
     Sample,
     path_class,
@@ -44,6 +45,7 @@ class KubeletServer:
         hosts: Sequence[str] | Callable[[], Sequence[str]] = (),
         default_address: str = "0.0.0.0",
         cert_check_interval: float = 5.0,
+        ready: Readiness | None = None,
     ) -> None:
         self.settings = settings
         self.node_name = node_name
@@ -53,6 +55,7 @@ class KubeletServer:
         self.address = settings.address or default_address
         self._hosts = hosts
         self._cert_check_interval = cert_check_interval
+        self._ready = ready
         self.authn = Authenticator(client=client, anonymous=settings.anonymous, clock=self.clock)
         self.authz = Authorizer(
             client=client,
@@ -126,7 +129,9 @@ class KubeletServer:
         )
         await self._http.start()
         if s.metrics_address:
-            self._metrics_server = MetricsServer(self.registry, s.metrics_address)
+            self._metrics_server = MetricsServer(
+                self.registry, s.metrics_address, ready=self._ready
+            )
             await self._metrics_server.start()
 
     async def stop(self) -> None:

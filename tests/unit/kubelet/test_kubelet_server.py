@@ -73,7 +73,7 @@ def _allow(spec: dict[str, Any]) -> bool:
     return bool(spec["user"] == "admin")
 
 
-async def _start(tmp: Path, translator: Any, **settings: Any) -> Env:
+async def _start(tmp: Path, translator: Any, *, ready: Any = None, **settings: Any) -> Env:
     ca = make_ca("kubelet-ca")
     serving_cert, serving_key = ca.write(tmp, "serving", "vk-1", server_hosts=["127.0.0.1"])
     client_ca = make_ca("client-ca")
@@ -103,6 +103,7 @@ async def _start(tmp: Path, translator: Any, **settings: Any) -> Env:
         translator=translator,
         client=reviews,
         cert_check_interval=0,
+        ready=ready,
     )
     await server.start()
     client_ctx = ssl.create_default_context(cafile=str(tmp / "ca.crt"))
@@ -742,3 +743,19 @@ async def test_run_returns_output_and_fails_on_nonzero_exit(env: Env) -> None:
         r = await c.post("/run/default/p/app", params={"cmd": "true"})
         assert r.status_code == 200 and r.text == "fine\n"
     assert env.translator.exec_calls[0][2] == ("sh", "-c", "exit 3")
+
+
+async def test_readyz_on_the_metrics_port_reports_the_reason(tmp_path: Path) -> None:
+    reason: list[str | None] = ["backend unreachable: connection refused"]
+    env = await _start(tmp_path, FakeTranslator(), ready=lambda: reason[0])
+    try:
+        url = f"http://127.0.0.1:{env.server.metrics_port}"
+        async with httpx.AsyncClient(trust_env=False) as c:
+            not_ready = await c.get(url + "/readyz")
+            reason[0] = None
+            ready = await c.get(url + "/readyz")
+            alive = await c.get(url + "/healthz")
+    finally:
+        await env.server.stop()
+    assert not_ready.status_code == 503 and "connection refused" in not_ready.text
+    assert ready.status_code == 200 and alive.status_code == 200

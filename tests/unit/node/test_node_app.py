@@ -148,3 +148,25 @@ def test_json_logs_one_object_per_line():
     assert rec["level"] == "info"
     assert rec["logger"] == "gateway.test"
     assert rec["node"] == "vk-1"
+
+
+async def test_readiness_means_node_registered_and_backend_reachable(
+    api: FakeApi, clock: FakeClock
+):
+    log: list[str] = []
+    app = make_app(api, log, clock)
+    app.pods = Component("pods", log)
+    assert "not registered" in (app.readiness() or "")
+    translator = app.translator
+    assert isinstance(translator, Recording)
+    translator.down = True
+    task = asyncio.create_task(app.run())
+    await settle()
+    assert "/api/v1/nodes/vk-test" in api.objects
+    reason = app.readiness() or ""
+    assert "simulated backend unreachable" in reason
+    translator.down = False
+    await app.node.health.check_once()
+    assert app.readiness() is None
+    app.request_stop()
+    await asyncio.wait_for(task, 5)
