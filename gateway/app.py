@@ -35,6 +35,7 @@ from gateway.kube.client import KubeClient
 from gateway.kube.events import EventRecorder
 from gateway.logging_setup import setup_logging
 from gateway.node.controller import NodeController
+from gateway.node.leader import LeaderElector
 from gateway.pods.controller import PodController
 from translators.base import Translator, TranslatorContext
 
@@ -111,6 +112,14 @@ class App:
                 backend_settings=settings.backend.table(),
                 clock=self.clock,
             )
+        #: One instance drives a node: the leader Lease (docs/design/ha.md); every write
+        #: through ``kube`` is fenced on it.
+        self.leader = LeaderElector(
+            self.kube, settings.node.name, settings.ha, clock=self.clock, on_lost=self._lost
+        )
+        self.kube.fence = self.leader.fence
+        #: Exit status of ``run_forever``: 1 when leadership was lost.
+        self.exit_code = 0
         self.node = NodeController(
             self.kube, self.translator, settings, clock=self.clock, events=self.events
         )
@@ -148,6 +157,12 @@ class App:
         self._stop = asyncio.Event()
         self._started: list[Any] = []
 
+    def _lost(self, reason: str) -> None:
+        """Leadership lost: stop everything (writes are already fenced) and exit non-zero, so
+        the Deployment restarts this instance as a standby."""
+        self.exit_code = 1
+        self.request_stop()
+
     def readiness(self) -> str | None:
         """``/readyz``: None when the Node is registered and the backend answers its ping."""
         if self.node.node is None:
@@ -166,6 +181,9 @@ class App:
         self._started.append(self.events)
         await self.translator.start()
         self._started.append(self.translator)
+        await self.leader.acquire()
+        self.leader.start()
+        self._started.append(self.leader)
         await self.node.start()
         self._started.append(self.node)
         for component in self.components():
@@ -179,6 +197,8 @@ class App:
             try:
                 if component is self.translator:
                     await self.translator.close()
+                elif component is self.leader:
+                    await self.leader.stop(release=self.exit_code == 0)
                 else:
                     await component.stop()
             except Exception:
@@ -224,7 +244,7 @@ async def _main(settings: Settings) -> int:
     )
     await app.run()
     log.info("vkgate stopped")
-    return 0
+    return app.exit_code
 
 
 def run_forever(settings: Settings) -> int:

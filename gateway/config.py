@@ -183,6 +183,29 @@ class LogSettings:
 
 
 @dataclass
+class HaSettings:
+    """Leader election on the Lease ``kube-node-lease/vkgate-leader-<node>`` (docs/design/ha.md)."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=doc("Stand by while another instance leads (false: refuse to start instead)"),
+    )
+    identity: str = field(
+        default="", metadata=doc("Holder identity; default: $POD_NAME or hostname, plus a suffix")
+    )
+    lease_duration: float = field(
+        default=10.0, metadata=doc("Seconds a leader's Lease is valid", lo=2.0, hi=300.0)
+    )
+    renew_deadline: float = field(
+        default=7.0,
+        metadata=doc("A leader stops writing when it could not renew this long", lo=1.0, hi=300.0),
+    )
+    retry_period: float = field(
+        default=2.0, metadata=doc("Seconds between acquire/renew tries", lo=0.1, hi=60.0)
+    )
+
+
+@dataclass
 class BackendSettings:
     kind: str = field(default="simulated", metadata=doc("simulated, nomad, zun or batch"))
     simulated: dict[str, Any] = field(default_factory=dict)
@@ -204,6 +227,7 @@ class Settings:
     templates: TemplateSettings = field(default_factory=TemplateSettings)
     log: LogSettings = field(default_factory=LogSettings)
     backend: BackendSettings = field(default_factory=BackendSettings)
+    ha: HaSettings = field(default_factory=HaSettings)
 
 
 T = TypeVar("T")
@@ -380,6 +404,11 @@ def validate(s: Settings) -> Settings:
     if s.log.format not in {"text", "json"}:
         raise ConfigError("log.format", f"must be text or json, got {s.log.format!r}")
     _check_names(s)
+    if not s.ha.renew_deadline < s.ha.lease_duration:
+        raise ConfigError(
+            "ha.renew_deadline",
+            f"must be below ha.lease_duration ({s.ha.lease_duration}), got {s.ha.renew_deadline}",
+        )
     if s.kubelet.authorization not in {"webhook", "always-allow"}:
         raise ConfigError(
             "kubelet.authorization",

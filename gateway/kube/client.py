@@ -39,7 +39,7 @@ import httpx
 from gateway.clock import Clock, SystemClock
 from gateway.config import KubeSettings
 from gateway.errors import StartupError
-from gateway.kube.errors import ApiError, error_from_status, error_from_transport
+from gateway.kube.errors import ApiError, NotLeader, error_from_status, error_from_transport
 
 log = logging.getLogger("gateway.kube")
 
@@ -273,6 +273,9 @@ class KubeClient:
         self.retry = retry or RetryPolicy()
         self.clock: Clock = clock or SystemClock()
         self.stats: Counter[tuple[str, str]] = Counter()
+        #: ``fence(method, path)`` → a reason to refuse a write before it is sent, or None.
+        #: Leader election sets it so a deposed leader cannot write (docs/design/ha.md).
+        self.fence: Callable[[str, str], str | None] | None = None
         self._rng = rng or random.Random()
         self._limiter = TokenBucket(qps, burst, clock=self.clock)
         self._extensions: dict[str, Any] = (
@@ -348,6 +351,10 @@ class KubeClient:
             content = _json.dumps(json, separators=(",", ":")).encode()
             hdrs["Content-Type"] = content_type or "application/json"
         verb = _WRITE_VERBS.get(method)
+        if verb and self.fence is not None:
+            refused = self.fence(method, path)
+            if refused:
+                raise NotLeader(f"{method} {path} not sent: {refused}", reason="NotLeader")
         attempt = 0
         bucket = limiter or self._limiter
         while True:

@@ -57,6 +57,11 @@ class ApiError(GatewayError):
         self.body: Mapping[str, Any] = body or {}
 
 
+class NotLeader(ApiError):
+    """A write was refused before it was sent: this instance does not hold the leader Lease
+    (``KubeClient.fence``, docs/design/ha.md)."""
+
+
 class NotFound(ApiError):
     pass
 

@@ -69,6 +69,14 @@ class _Resolver:
                     self.constants[target.id] = node.value
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
+                    for sub in ast.walk(item):  # self.x = <expr> attributes
+                        if (
+                            isinstance(sub, ast.Assign)
+                            and len(sub.targets) == 1
+                            and isinstance(sub.targets[0], ast.Attribute)
+                            and _is_self(sub.targets[0].value)
+                        ):
+                            self.methods.setdefault((node.name, sub.targets[0].attr), sub.value)
                     if isinstance(item, ast.FunctionDef):
                         ret = [s for s in ast.walk(item) if isinstance(s, ast.Return) and s.value]
                         if len(ret) == 1 and ret[0].value is not None:
