@@ -165,6 +165,10 @@ class App:
 
     def readiness(self) -> str | None:
         """``/readyz``: None when the Node is registered and the backend answers its ping."""
+        if not self.leader.still_leader():
+            # A standby is ready when it sees a live leader it could replace.
+            held = self.leader.observed_holder
+            return None if held else "waiting for the leader Lease"
         if self.node.node is None:
             return f"node {self.settings.node.name} is not registered yet"
         if not self.node.ready:
@@ -181,6 +185,9 @@ class App:
         self._started.append(self.events)
         await self.translator.start()
         self._started.append(self.translator)
+        start_metrics = getattr(self.kubelet, "start_metrics", None)
+        if start_metrics is not None:
+            await start_metrics()
         await self.leader.acquire()
         self.leader.start()
         self._started.append(self.leader)
@@ -203,6 +210,9 @@ class App:
                     await component.stop()
             except Exception:
                 log.exception("error while stopping %s", type(component).__name__)
+        stop_metrics = getattr(self.kubelet, "stop_metrics", None)
+        if stop_metrics is not None:
+            await stop_metrics()  # started before the leader wait
         await self.kube.aclose()
 
     def request_stop(self) -> None:

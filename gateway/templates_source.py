@@ -207,6 +207,25 @@ class TemplatesSource:
             self._seen[key] = digest
             await self._consider(key, cm)
 
+    def _shadows_nothing(self, templates: Mapping[str, OverlayTemplate]) -> list[str]:
+        """A team template ``teams/<team>/<name>`` is used instead of ``<name>`` — the template
+        the backend would otherwise pick (its *active* default, ``templates.default``, or one it
+        includes).  When no ``<name>`` exists the team template is never selected: say so."""
+        out = []
+        for tname in sorted(templates):
+            parts = tname.split("/")
+            if len(parts) < 4 or parts[0] != "teams":
+                continue
+            base = "/".join(parts[2:])
+            if not self.renderer.exists(base):
+                active = self.renderer.defaults.get(parts[2], "")
+                hint = f"; the active default for {parts[2]} is {active!r}" if active else ""
+                out.append(
+                    f"team template {tname} shadows nothing: no template {base} exists, so it is "
+                    f"never used (name it after the template it replaces{hint})"
+                )
+        return out
+
     async def _consider(self, key: str, cm: dict[str, Any]) -> None:
         templates, problems = templates_of(cm)
         candidate = {k: v for k, v in self.accepted.items() if k != key}
@@ -232,6 +251,12 @@ class TemplatesSource:
         self.renderer.set_overlay(self.overlay())
         names = ", ".join(sorted(templates)) or "(none)"
         log.info("ConfigMap %s: templates loaded: %s", key, names)
+        for message in self._shadows_nothing(templates):
+            log.warning("ConfigMap %s: %s", key, message)
+            if self.events is not None:
+                await self.events.record(
+                    cm, type="Warning", reason="TemplateShadowsNothing", message=message
+                )
         if self.events is not None:
             await self.events.record(
                 cm, type="Normal", reason="TemplatesLoaded", message=f"templates loaded: {names}"

@@ -196,7 +196,7 @@ def vk_e2e(version: str = VK_VERSION) -> Module:
 
 
 def helm(version: str = HELM_VERSION) -> Module:
-    """helm, for ``helm lint`` / ``helm template`` of deploy/helm (docs/deploy.md)."""
+    """helm, for ``helm lint`` / ``helm template`` of deploy/helm (deploy/README.md)."""
     pkg = "helm.sh/helm/v3/cmd/helm"
     return Module(
         folder="helm",

@@ -128,17 +128,27 @@ class KubeletServer:
             name="kubelet",
         )
         await self._http.start()
-        if s.metrics_address:
+        await self.start_metrics()
+
+    async def start_metrics(self) -> None:
+        """The plain-HTTP metrics/probe server alone (idempotent): the App starts it before
+        waiting for leadership, so a standby answers its probes."""
+        s = self.settings
+        if s.metrics_address and self._metrics_server is None:
             self._metrics_server = MetricsServer(
                 self.registry, s.metrics_address, ready=self._ready
             )
             await self._metrics_server.start()
 
+    async def stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+            self._metrics_server = None
+
     async def stop(self) -> None:
         if self._http is not None:
             await self._http.stop()
-        if self._metrics_server is not None:
-            await self._metrics_server.stop()
+        await self.stop_metrics()
         if self.certs is not None:
             self.certs.close()
 

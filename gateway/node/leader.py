@@ -32,7 +32,7 @@ from gateway.clock import Clock, SystemClock
 from gateway.config import HaSettings
 from gateway.errors import StartupError
 from gateway.kube.client import NO_RETRY, KubeClient
-from gateway.kube.errors import ApiError, Conflict, NotFound
+from gateway.kube.errors import ApiError, Conflict, Forbidden, NotFound
 from gateway.node.lease import micro_time
 
 log = logging.getLogger("gateway.node.leader")
@@ -82,11 +82,16 @@ class LeaderElector:
         self._observed: tuple[str, str] | None = None
         self._observed_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        #: The other instance we last saw leading ("" when none or unknown).
+        self.observed_holder = ""
+        #: True when the identity may not use the leader Lease (``system:node:<name>`` under
+        #: NodeRestriction may touch only the Lease named after its node): no election, no fence.
+        self.unavailable = False
 
     # -- fencing -----------------------------------------------------------------------
 
     def still_leader(self) -> bool:
-        return (
+        return self.unavailable or (
             self.renewed_at is not None
             and self.clock.monotonic() - self.renewed_at < self.settings.renew_deadline
         )
@@ -175,12 +180,31 @@ class LeaderElector:
         while True:
             try:
                 holder = await self.try_acquire_or_renew()
+            except Forbidden as exc:
+                if self.settings.enabled:
+                    raise StartupError(
+                        f"ha.enabled = true but this identity may not use the leader Lease "
+                        f"{NAMESPACE}/{self.name}: {exc}"
+                    ) from exc
+                log.warning(
+                    "node %s: no leader election (this identity may not use Lease %s/%s: %s); "
+                    "make sure only one instance drives this node",
+                    self.node_name,
+                    NAMESPACE,
+                    self.name,
+                    exc.message,
+                )
+                self.unavailable = True
+                return
             except ApiError as exc:
                 log.warning("node %s: leader Lease %s: %s", self.node_name, self.path, exc)
+                self.observed_holder = ""
                 await self.clock.sleep(self.settings.retry_period)
                 continue
             if holder is None:
+                self.observed_holder = ""
                 return
+            self.observed_holder = holder.identity
             record = (holder.identity, holder.renewed)
             if not self.settings.enabled and first is None:
                 # A holder that crashed stops renewing: after lease_duration we take over.
@@ -236,6 +260,8 @@ class LeaderElector:
                 return
 
     def start(self) -> None:
+        if self.unavailable:
+            return
         self._task = asyncio.create_task(self.run(), name=f"leader:{self.node_name}")
 
     async def stop(self, *, release: bool = True) -> None:
@@ -243,7 +269,7 @@ class LeaderElector:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        if release and self.still_leader() and self.lease is not None:
+        if release and not self.unavailable and self.still_leader() and self.lease is not None:
             # Hand over at once: an empty holder lets a standby acquire without waiting.
             body = dict(self.lease)
             body["spec"] = dict(body.get("spec") or {}, holderIdentity="")

@@ -1,15 +1,17 @@
 """deploy/ applies to the real API server: the Kustomize base on a cluster that has never seen
 vkgate (first try, no ordering errors), then every overlay with ``--dry-run=server`` and for
-real (docs/deploy.md)."""
+real (deploy/README.md)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-
+import yaml
+from conftest import unavailable
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 OVERLAYS = ["overlays/single-node", "overlays/multi-node", "overlays/ha"]
@@ -63,3 +65,56 @@ def test_base_then_every_overlay_applies(kubectl: Any, clean_deployments: None) 
         d = deployments[f"vkgate-{dc}"]
         assert _env(kubectl, d)["VKGATE_NODE__NAME"] == f"vk-nomad-{dc}"
         assert d["spec"]["selector"]["matchLabels"]["vkgate.io/node"] == f"vk-nomad-{dc}"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    from gateway.devstack.build import BuildError, ensure
+
+    try:
+        return ensure("helm")
+    except (BuildError, OSError) as exc:
+        unavailable(f"helm cannot be built: {exc}")
+
+
+def test_helm_chart_lints_renders_the_same_rbac_and_applies(
+    kubectl: Any, helm: Path, tmp_path: Path
+) -> None:
+    chart = DEPLOY / "helm" / "vkgate"
+    subprocess.run([str(helm), "lint", "--strict", str(chart)], check=True, capture_output=True)
+    rendered = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "vkgate",
+            str(chart),
+            "--namespace=vkgate-helm",
+            "--set=replicas=2",
+            "--set=nodeName=vk-helm",
+            '--set-json=templates.configMaps={"team-ml":{"nomad__job.j2":"{{ pod.name }}"}}',
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    kustomize = [d for d in yaml.safe_load_all((DEPLOY / "common" / "rbac.yaml").read_text()) if d]
+    wanted = next(d for d in kustomize if d["kind"] == "ClusterRole")["rules"]
+    assert by_kind[("ClusterRole", "vkgate")]["rules"] == wanted
+    config = by_kind[("ConfigMap", "vkgate-config")]["data"]["vkgate.toml"]
+    assert 'configmap_namespace = "vkgate-helm"' in config and "enabled = true" in config
+    assert by_kind[("ConfigMap", "team-ml")]["metadata"]["labels"]["vkgate.io/templates"] == "true"
+    out = tmp_path / "chart.yaml"
+    out.write_text(rendered)
+    kubectl("create", "namespace", "vkgate-helm")
+    try:
+        dry = kubectl("apply", "-f", str(out), "--dry-run=server")
+        assert "(server dry run)" in dry.stdout
+        kubectl("apply", "-f", str(out))
+        got = json.loads(
+            kubectl("get", "deployment", "-n", "vkgate-helm", "vkgate", "-o", "json").stdout
+        )
+        assert got["spec"]["replicas"] == 2
+    finally:
+        kubectl("delete", "deployments,services", "-n", "vkgate-helm", "--all", "--wait=false")

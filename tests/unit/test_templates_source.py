@@ -276,3 +276,32 @@ def test_renderer_from_settings(tmp_path: Path) -> None:
     )
     assert r.render_text("x.j2", {}) == "1" and r.teams == {"a": "b"} and r.allowed == {"b": ["x*"]}
     assert json.loads(r.render_text("x.j2", {})) == 1
+
+
+async def test_a_team_template_that_shadows_nothing_is_a_warning(
+    renderer: Renderer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``teams/ml/nomad/jobs.j2`` (typo: the base is ``nomad/job.j2``) would never be selected."""
+    typo = cm(
+        "ml-typo", {"nomad__jobs.j2": "{}", "nomad__job.j2": "{}"}, **{"vkgate.io/team": "ml"}
+    )
+    kube = FakeKube([typo])
+    events = FakeEvents()
+    source = TemplatesSource(
+        kube,
+        renderer,
+        namespace="vkgate-system",
+        events=events,
+        backend="nomad",
+        validator=lambda *a: [],
+    )
+    await source.start()
+    try:
+        await asyncio.wait_for(source.wait_synced(), 5)
+        await settle(source, kube)
+    finally:
+        await source.stop()
+    warnings = [e for e in events.recorded if e[2] == "TemplateShadowsNothing"]
+    assert len(warnings) == 1, events.recorded
+    assert "teams/ml/nomad/jobs.j2 shadows nothing: no template nomad/jobs.j2" in warnings[0][3]
+    assert "shadows nothing" in caplog.text and "teams/ml/nomad/job.j2 shadows" not in caplog.text

@@ -156,7 +156,7 @@ async def test_readiness_means_node_registered_and_backend_reachable(
     log: list[str] = []
     app = make_app(api, log, clock)
     app.pods = Component("pods", log)
-    assert "not registered" in (app.readiness() or "")
+    assert "waiting for the leader Lease" in (app.readiness() or "")
     translator = app.translator
     assert isinstance(translator, Recording)
     translator.down = True

@@ -153,3 +153,16 @@ async def _acquire_with_time(e: LeaderElector, clock: FakeClock) -> None:
         await advance(clock, 0.5)
     await settle()
     task.result()
+
+
+async def test_an_identity_without_the_leader_lease_runs_unelected_unless_ha_is_asked(
+    api, make_client, clock
+):
+    api.fail("*", "vkgate-leader", 403, times=1)
+    a = elector(api, make_client, clock, "system:node:vk-test", ha=False)
+    await asyncio.wait_for(a.acquire(), 1)
+    assert a.unavailable and a.fence("PATCH", "/api/v1/nodes/vk-test/status") is None
+    api.fail("*", "vkgate-leader", 403, times=1)
+    b = elector(api, make_client, clock, "b")
+    with pytest.raises(StartupError, match="ha.enabled = true but this identity may not"):
+        await asyncio.wait_for(b.acquire(), 1)
