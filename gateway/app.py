@@ -188,6 +188,7 @@ class App:
         start_metrics = getattr(self.kubelet, "start_metrics", None)
         if start_metrics is not None:
             await start_metrics()
+        await self.node.wait_for_api()
         await self.leader.acquire()
         self.leader.start()
         self._started.append(self.leader)

@@ -110,6 +110,7 @@ class NodeController:
         self._last_write = float("-inf")
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._api_checked = False
 
     # -- public state ------------------------------------------------------------------
 
@@ -136,8 +137,15 @@ class NodeController:
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    async def wait_for_api(self) -> None:
+        """Step 1 alone (idempotent): the App runs it before leader election, so an unreachable
+        API server is reported by the one backoff loop below."""
+        if not self._api_checked:
+            await self._startup_retry("check the Lease API", self._check_lease_api)
+            self._api_checked = True
+
     async def start(self) -> None:
-        await self._startup_retry("check the Lease API", self._check_lease_api)
+        await self.wait_for_api()
         await self.health.check_once()
         await self._refresh_backend()
         await self._startup_retry("register the node", self._register)

@@ -173,28 +173,52 @@ class LeaderElector:
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def _node_identity(self) -> str:
+        """``system:node:<name>`` when the client authenticates with such a certificate."""
+        cert_file = getattr(getattr(self.client, "config", None), "cert_file", None)
+        if not cert_file:
+            return ""
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+
+        try:
+            with open(cert_file, "rb") as fh:
+                cert = x509.load_pem_x509_certificate(fh.read())
+        except (OSError, ValueError):
+            return ""
+        names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        cn = str(names[0].value) if names else ""
+        return cn if cn.startswith("system:node:") else ""
+
+    def _without_election(self, why: str) -> None:
+        if self.settings.enabled:
+            raise StartupError(
+                f"ha.enabled = true but this identity may not use the leader Lease "
+                f"{NAMESPACE}/{self.name}: {why}"
+            )
+        log.warning(
+            "node %s: no leader election (%s); make sure only one instance drives this node",
+            self.node_name,
+            why,
+        )
+        self.unavailable = True
+
     async def acquire(self) -> None:
         """Return once we lead.  Without HA, raise ``StartupError`` naming the holder."""
+        node_user = self._node_identity()
+        if node_user:
+            # NodeRestriction lets a node touch only the Lease named after it.
+            self._without_election(
+                f"{node_user} may use only the Lease {NAMESPACE}/{self.node_name}"
+            )
+            return
         waiting_logged = False
         first: tuple[str, str] | None = None
         while True:
             try:
                 holder = await self.try_acquire_or_renew()
             except Forbidden as exc:
-                if self.settings.enabled:
-                    raise StartupError(
-                        f"ha.enabled = true but this identity may not use the leader Lease "
-                        f"{NAMESPACE}/{self.name}: {exc}"
-                    ) from exc
-                log.warning(
-                    "node %s: no leader election (this identity may not use Lease %s/%s: %s); "
-                    "make sure only one instance drives this node",
-                    self.node_name,
-                    NAMESPACE,
-                    self.name,
-                    exc.message,
-                )
-                self.unavailable = True
+                self._without_election(exc.message)
                 return
             except ApiError as exc:
                 log.warning("node %s: leader Lease %s: %s", self.node_name, self.path, exc)

@@ -164,5 +164,5 @@ async def test_an_identity_without_the_leader_lease_runs_unelected_unless_ha_is_
     assert a.unavailable and a.fence("PATCH", "/api/v1/nodes/vk-test/status") is None
     api.fail("*", "vkgate-leader", 403, times=1)
     b = elector(api, make_client, clock, "b")
-    with pytest.raises(StartupError, match="ha.enabled = true but this identity may not"):
+    with pytest.raises(StartupError, match=r"ha\.enabled = true but this identity may not"):
         await asyncio.wait_for(b.acquire(), 1)
