@@ -34,6 +34,7 @@ from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
 from gateway.kube.events import EventRecorder
 from gateway.logging_setup import setup_logging
+from gateway.metrics import InstrumentedTranslator, Metrics
 from gateway.node.controller import NodeController
 from gateway.node.leader import LeaderElector
 from gateway.pods.controller import PodController
@@ -92,6 +93,10 @@ class App:
         #: The template renderer the translator uses (ConfigMap templates land in its overlay).
         self.renderer = renderer_from_settings(settings.templates)
         self.translator = translator or load_translator(settings, renderer=self.renderer)
+        #: Own metrics (prometheus_client; gateway.metrics); controllers get the backend
+        #: through ``backend``, which counts and times every call.
+        self.metrics = Metrics(backend=settings.backend.kind)
+        backend: Any = InstrumentedTranslator(self.translator, self.metrics)
         self.events = EventRecorder(
             self.kube,
             component="vkgate",
@@ -121,15 +126,16 @@ class App:
         #: Exit status of ``run_forever``: 1 when leadership was lost.
         self.exit_code = 0
         self.node = NodeController(
-            self.kube, self.translator, settings, clock=self.clock, events=self.events
+            self.kube, backend, settings, clock=self.clock, events=self.events
         )
         #: gateway.pods PodController: pod lifecycle; the kubelet server reads its pod cache.
         self.pods: Any = PodController(
             self.kube,
-            self.translator,
+            backend,
             self.events,
             settings,
             clock=self.clock,
+            metrics=self.metrics,
             host_ip=lambda: self.node.internal_ip,
             allocatable=lambda: (
                 ((self.node.node or {}).get("status") or {}).get("allocatable") or {}
@@ -147,13 +153,19 @@ class App:
                 settings=settings.kubelet,
                 node_name=settings.node.name,
                 pods=self.pods,
-                translator=self.translator,
+                translator=backend,
                 client=self.kube,
                 clock=self.clock,
                 hosts=lambda: [self.node.internal_ip],
                 ready=self.readiness,
+                metrics=self.metrics,
             )
-            add_component_collectors(self.kubelet.registry, kube=self.kube, pods=self.pods)
+            add_component_collectors(
+                self.metrics,
+                kube=self.kube,
+                pods=self.pods,
+                leases=(self.node.lease, self.leader),
+            )
         self._stop = asyncio.Event()
         self._started: list[Any] = []
 

@@ -25,8 +25,9 @@ from gateway.kubelet import logs as logs_mod
 from gateway.kubelet import metrics as metrics_mod
 from gateway.kubelet import stats as stats_mod
 from gateway.kubelet import streams
-from gateway.kubelet.ownmetrics import GatewayMetrics, Registry
 from gateway.kubelet.server import Exchange, HttpError, Request
+from gateway.metrics import CONTENT_TYPE as OWN_CONTENT_TYPE
+from gateway.metrics import Metrics
 from translators.base import (
     BackendNotFound,
     BackendRejected,
@@ -91,8 +92,7 @@ class KubeletAPI:
         translator: object,
         clock: Clock,
         started: _dt.datetime,
-        metrics: GatewayMetrics | None = None,
-        registry: Registry | None = None,
+        metrics: Metrics | None = None,
         config: dict[str, Any] | None = None,
         creation_timeout: float = streams.STREAM_CREATION_TIMEOUT,
         idle_timeout: float = streams.IDLE_TIMEOUT,
@@ -103,7 +103,6 @@ class KubeletAPI:
         self.clock = clock
         self.started = started
         self.metrics = metrics
-        self.registry = registry
         self.config = config or {}
         self.creation_timeout = creation_timeout
         self.idle_timeout = idle_timeout
@@ -194,7 +193,7 @@ class KubeletAPI:
             if not first.done():
                 first.cancel()
         if self.metrics is not None:
-            self.metrics.log_bytes.inc(value=sent)
+            self.metrics.log_bytes.inc(sent)
 
     # -- exec / attach / port-forward / run -------------------------------------------
 
@@ -237,7 +236,7 @@ class KubeletAPI:
     ) -> None:
         proto = req.upgrade or "none"
         if self.metrics is not None:
-            self.metrics.exec_sessions.inc(proto)
+            self.metrics.exec_sessions.labels(proto).inc()
         try:
             await streams.serve(
                 req,
@@ -249,7 +248,7 @@ class KubeletAPI:
             )
         finally:
             if self.metrics is not None:
-                self.metrics.exec_sessions.dec(proto)
+                self.metrics.exec_sessions.labels(proto).dec()
 
     async def port_forward(self, req: Request, ex: Exchange, args: list[str]) -> None:
         if len(args) not in (2, 3):
@@ -359,8 +358,8 @@ class KubeletAPI:
                 log.warning("metrics/resource: backend usage failed: %s", exc)
                 usage = None
             await ex.send(200, metrics_mod.render(usage), content_type=metrics_mod.CONTENT_TYPE)
-        elif not args and self.registry is not None:
-            await ex.send(200, self.registry.render(), content_type=metrics_mod.CONTENT_TYPE)
+        elif not args and self.metrics is not None:
+            await ex.send(200, self.metrics.render(), content_type=OWN_CONTENT_TYPE)
         else:
             raise HttpError(404, f"{req.path}: not served by vkgate (try /metrics/resource)")
 

@@ -10,23 +10,17 @@ Requests and auth outcomes are counted in the gateway's own metrics, served plai
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gateway.clock import Clock, SystemClock
 from gateway.config import KubeletSettings
 from gateway.kubelet.auth import Authenticator, AuthError, Authorizer, ReviewClient
 from gateway.kubelet.certs import CertStore
-from gateway.kubelet.ownmetrics import (
-    GatewayMetrics,
-    MetricsServer,
-    Readiness,
-    Registry,
-    Sample,
-    path_class,
-)
+from gateway.kubelet.ownmetrics import MetricsServer, Readiness, path_class
 from gateway.kubelet.routes import KubeletAPI, PodLookup
 from gateway.kubelet.server import Exchange, HttpServer, Request
+from gateway.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +35,7 @@ class KubeletServer:
         translator: object,
         client: ReviewClient | None,
         clock: Clock | None = None,
-        registry: Registry | None = None,
+        metrics: Metrics | None = None,
         hosts: Sequence[str] | Callable[[], Sequence[str]] = (),
         default_address: str = "0.0.0.0",
         cert_check_interval: float = 5.0,
@@ -50,8 +44,7 @@ class KubeletServer:
         self.settings = settings
         self.node_name = node_name
         self.clock = clock or SystemClock()
-        self.registry = registry or Registry()
-        self.metrics = GatewayMetrics(self.registry)
+        self.metrics = metrics or Metrics(process=False)
         self.address = settings.address or default_address
         self._hosts = hosts
         self._cert_check_interval = cert_check_interval
@@ -70,7 +63,6 @@ class KubeletServer:
             clock=self.clock,
             started=self.clock.now(),
             metrics=self.metrics,
-            registry=self.registry,
             config=self._configz(),
         )
         self.certs: CertStore | None = None
@@ -135,9 +127,7 @@ class KubeletServer:
         waiting for leadership, so a standby answers its probes."""
         s = self.settings
         if s.metrics_address and self._metrics_server is None:
-            self._metrics_server = MetricsServer(
-                self.registry, s.metrics_address, ready=self._ready
-            )
+            self._metrics_server = MetricsServer(self.metrics, s.metrics_address, ready=self._ready)
             await self._metrics_server.start()
 
     async def stop_metrics(self) -> None:
@@ -160,18 +150,18 @@ class KubeletServer:
             await self.authz.authorize(req.user, method=req.method, path=req.path)
         except AuthError as exc:
             result = {401: "unauthenticated", 403: "forbidden"}.get(exc.status, "error")
-            self.metrics.auth.inc(result)
+            self.metrics.kubelet_auth.labels(result).inc()
             log.info("kubelet: %s %s from %s: %s", req.method, req.path, req.peer, exc.message)
             await ex.fail(exc.status, exc.message)
             return
-        self.metrics.auth.inc("allowed")
+        self.metrics.kubelet_auth.labels("allowed").inc()
         await self.api.handle(req, ex)
 
     def _access(self, req: Request, ex: Exchange, seconds: float) -> None:
         cls = path_class(req.path)
         code = str(ex.status or 0)
-        self.metrics.requests.inc(cls, req.method, code)
-        self.metrics.duration.observe(cls, value=seconds)
+        self.metrics.kubelet_requests.labels(cls, req.method, code).inc()
+        self.metrics.kubelet_duration.labels(cls).observe(seconds)
         log.debug(
             "kubelet: %s %s -> %s (%.3fs, %d bytes, user=%s, upgrade=%s)",
             req.method,
@@ -185,38 +175,80 @@ class KubeletServer:
 
 
 def add_component_collectors(
-    registry: Registry, *, kube: object = None, pods: object = None
+    metrics: Metrics, *, kube: object = None, pods: object = None, leases: Sequence[object] = ()
 ) -> None:
-    """Expose other components' counters at scrape time (they never import this package).
+    """Expose other components' plain counters at scrape time (they never import this package).
 
-    ``kube.stats``: API writes keyed ``(verb, resource)``; ``pods.stats``: pod sync counters
-    by name (a mapping, or a method returning one)."""
+    ``kube.stats``: API writes keyed ``(verb, resource)``; ``pods.stats``: pod sync counters by
+    name; ``pods.queue``: its length; ``pods.reflector.counts`` / ``templates.reflector``: watch
+    (re)starts by reason; each of ``leases`` has ``renew_failures`` (heartbeat and leader)."""
 
-    def _mapping(obj: object) -> Mapping[Any, Any]:
-        value = getattr(obj, "stats", None)
+    def _mapping(obj: object, attr: str = "stats") -> Mapping[Any, Any]:
+        value = getattr(obj, attr, None)
         if callable(value):
             value = value()
         return value if isinstance(value, Mapping) else {}
 
-    def api_writes() -> Iterable[Sample]:
-        for key, n in sorted(_mapping(kube).items(), key=str):
+    def api_writes() -> dict[tuple[str, ...], float]:
+        out: dict[tuple[str, ...], float] = {}
+        for key, n in _mapping(kube).items():
             verb, resource = key if isinstance(key, tuple) and len(key) == 2 else ("", str(key))
-            yield Sample(
-                "vkgate_api_writes_total", float(n), (("verb", verb), ("resource", resource))
-            )
+            out[(str(verb), str(resource))] = float(n)
+        return out
 
-    def pod_syncs() -> Iterable[Sample]:
-        for key, n in sorted(_mapping(pods).items(), key=str):
-            yield Sample("vkgate_pod_sync_operations_total", float(n), (("operation", str(key)),))
+    def pod_syncs() -> dict[tuple[str, ...], float]:
+        return {(str(k),): float(n) for k, n in _mapping(pods).items()}
+
+    def queue_depth() -> dict[tuple[str, ...], float]:
+        queue = getattr(pods, "queue", None)
+        return {(): float(len(queue))} if queue is not None else {}
+
+    def watch_restarts() -> dict[tuple[str, ...], float]:
+        reflector = getattr(pods, "reflector", None)
+        counts = _mapping(reflector, "counts")
+        return {
+            ("pods", reason): float(counts.get(key, 0))
+            for key, reason in (("gone", "expired"), ("errors", "error"), ("inactivity", "idle"))
+        }
+
+    def lease_failures() -> dict[tuple[str, ...], float]:
+        out: dict[tuple[str, ...], float] = {}
+        for lease in leases:
+            kind = "leader" if type(lease).__name__ == "LeaderElector" else "heartbeat"
+            out[(kind,)] = float(getattr(lease, "renew_failures", 0))
+        return out
 
     if kube is not None:
-        registry.add_collector(
-            "vkgate_api_writes_total", "counter", "Writes sent to the Kubernetes API", api_writes
+        metrics.collect(
+            "vkgate_api_writes",
+            "Writes sent to the Kubernetes API",
+            ("verb", "resource"),
+            api_writes,
         )
     if pods is not None:
-        registry.add_collector(
-            "vkgate_pod_sync_operations_total",
-            "counter",
+        metrics.collect(
+            "vkgate_pod_sync_operations",
             "Pod controller operations (creates, status writes, deletes, ...)",
+            ("operation",),
             pod_syncs,
+        )
+        metrics.collect(
+            "vkgate_pod_queue_depth",
+            "Pods waiting in the work queue",
+            (),
+            queue_depth,
+            kind="gauge",
+        )
+        metrics.collect(
+            "vkgate_watch_restarts",
+            "Pod watch restarts by reason (expired: 410 relist, error, idle)",
+            ("resource", "reason"),
+            watch_restarts,
+        )
+    if leases:
+        metrics.collect(
+            "vkgate_lease_renew_failures",
+            "Failed Lease renewals (heartbeat: the node Lease; leader: leader election)",
+            ("lease",),
+            lease_failures,
         )

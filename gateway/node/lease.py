@@ -58,6 +58,8 @@ class LeaseKeeper:
         self.lease: dict[str, Any] | None = None
         self.renewals = 0
         self.failures = 0
+        #: Failed renewals since start (metrics: vkgate_lease_renew_failures_total).
+        self.renew_failures = 0
 
     @property
     def path(self) -> str:
@@ -130,6 +132,7 @@ class LeaseKeeper:
                 if not isinstance(exc, ApiError):
                     log.exception("unexpected error renewing lease %s", self.node_name)
                 self.failures += 1
+                self.renew_failures += 1
                 self.lease = None  # re-read before the next try
                 delay = min(self.backoff.delay(self.failures, self._rng), self.renew_interval)
                 level = (

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError
 from gateway.kube.events import EventRecorder
 from gateway.kube.reflector import Reflector
+from gateway.metrics import Metrics
 from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.sync import PodState, PodSync, Retry, parse_time, pod_key
@@ -63,9 +65,12 @@ class PodController:
         host_ip: Callable[[], str] = lambda: "127.0.0.1",
         allocatable: Callable[[], Mapping[str, str]] = dict,
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.kube = kube
         self.translator = translator
+        #: Sync latencies go to ``metrics.pod_sync`` (gateway.metrics) when given.
+        self.metrics = metrics
         self.events = events
         self.settings = settings
         self.node_name = settings.node.name
@@ -287,13 +292,17 @@ class PodController:
                 key = await self.queue.get()
             except ShutDown:
                 return
+            started = time.perf_counter()
+            result = "error"
             try:
                 if key.count("/") == 2:
                     await self.sync.cleanup(key)
                 else:
                     await self.sync.sync(key)
                 self.queue.forget(key)
+                result = "ok"
             except Retry as r:
+                result = "retry"
                 if r.delay is not None:
                     self.queue.add(key, delay=r.delay)
                 else:
@@ -311,6 +320,8 @@ class PodController:
                 log.exception("sync %s failed unexpectedly; retry in %.1fs", key, delay)
             finally:
                 self.queue.done(key)
+                if self.metrics is not None:
+                    self.metrics.pod_sync.labels(result).observe(time.perf_counter() - started)
 
     # -- backend state -----------------------------------------------------------------------
 

@@ -66,4 +66,9 @@ def error_for_transport(exc: httpx.HTTPError, *, what: str) -> BackendError:
     """A connection-level failure (refused, reset, timeout, TLS) → ``BackendUnavailable``."""
     kind = type(exc).__name__
     detail = str(exc) or kind
-    return BackendUnavailable(f"nomad {what}: {kind}: {_short(detail)}")
+    try:  # name the address tried: the TOML address beats NOMAD_ADDR (docs/design/metrics.md)
+        url = exc.request.url
+        where = f" at {url.scheme}://{url.netloc.decode()}"
+    except RuntimeError:  # no request attached (constructed by hand)
+        where = ""
+    return BackendUnavailable(f"nomad{where} {what}: {kind}: {_short(detail)}")

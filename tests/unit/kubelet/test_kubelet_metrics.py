@@ -1,5 +1,5 @@
 """/metrics/resource text (names, types, labels, timestamps, Go float format, omitted
-unknowns), /stats/summary JSON shape, and the gateway's own metrics registry."""
+unknowns), /stats/summary JSON shape, and the path classes of the gateway's own metrics."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.kubelet import metrics, stats
-from gateway.kubelet.ownmetrics import Registry, Sample, path_class
+from gateway.kubelet.ownmetrics import path_class
 from translators.base import ContainerUsage, NodeUsage, PodRef, PodUsage
 
 T = _dt.datetime(2026, 3, 1, 10, 0, 0, tzinfo=_dt.UTC)
@@ -159,40 +159,6 @@ def test_summary_shape_and_omissions() -> None:
     assert web["cpu"]["usageCoreNanoSeconds"] == 12_750_000_000
     assert "usageNanoCores" not in web["cpu"]  # one container did not report it
     assert web["memory"]["workingSetBytes"] == 13_000_000
-
-
-def test_own_registry_renders_counters_gauges_histograms_and_collectors() -> None:
-    r = Registry()
-    c = r.counter("vk_requests_total", "Requests", ("code",))
-    c.inc("200")
-    c.inc("200", value=2)
-    g = r.gauge("vk_sessions", "Sessions")
-    g.inc()
-    g.dec()
-    g.inc(value=3)
-    h = r.histogram("vk_seconds", "Durations", buckets=(0.1, 1.0))
-    h.observe(value=0.05)
-    h.observe(value=5)
-    r.add_collector(
-        "vk_api_writes_total",
-        "counter",
-        "Writes",
-        lambda: [Sample("vk_api_writes_total", 4, (("verb", "patch"),))],
-    )
-    r.add_collector("vk_broken", "gauge", "Broken", lambda: 1 / 0)  # type: ignore[arg-type,return-value]
-    fams = {f.name: f for f in text_string_to_metric_families(r.render())}
-    assert fams["vk_requests"].samples[0].value == 3
-    assert fams["vk_sessions"].samples[0].value == 3
-    buckets = {
-        s.labels["le"]: s.value for s in fams["vk_seconds"].samples if s.name.endswith("_bucket")
-    }
-    assert buckets == {"0.1": 1, "1": 1, "+Inf": 2}
-    assert fams["vk_api_writes"].samples[0].labels == {"verb": "patch"}
-    assert "vk_broken" not in fams
-    with pytest.raises(ValueError):
-        r.gauge("vk_requests_total", "again as a gauge")
-    with pytest.raises(ValueError):
-        c.inc("200", "extra")
 
 
 def test_path_class_never_leaks_pod_names() -> None:

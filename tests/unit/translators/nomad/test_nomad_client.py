@@ -143,3 +143,11 @@ async def test_blocking_query_sends_index_and_wait_and_outlasts_it() -> None:
     await client.aclose()
     assert seen[0].url.params["index"] == "7" and seen[0].url.params["wait"] == "60000ms"
     assert seen[0].extensions["timeout"]["read"] > 60
+
+
+def test_transport_errors_name_the_address_tried():
+    request = httpx.Request("GET", "http://127.0.0.9:4646/v1/status/leader")
+    err = error_for_transport(
+        httpx.ConnectError("connection refused", request=request), what="GET /status/leader"
+    )
+    assert "nomad at http://127.0.0.9:4646 GET /status/leader: ConnectError" in str(err)
