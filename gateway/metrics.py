@@ -20,6 +20,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -53,25 +54,15 @@ def _version() -> str:
         return "0+unknown"
 
 
+@dataclass(eq=False)  # the registry keys collectors by identity
 class _FnCollector(Collector):
     """Samples computed at scrape time by ``fn`` (a mapping labels-tuple → value)."""
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labels: tuple[str, ...],
-        fn: Callable[[], Mapping[tuple[str, ...], float]],
-        *,
-        kind: str = "counter",
-    ) -> None:
-        self.name, self.documentation, self.labels, self.fn, self.kind = (
-            name,
-            documentation,
-            labels,
-            fn,
-            kind,
-        )
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    fn: Callable[[], Mapping[tuple[str, ...], float]]
+    kind: str = "counter"
 
     def collect(self) -> Iterator[Metric]:
         family: CounterMetricFamily | GaugeMetricFamily
@@ -159,17 +150,10 @@ class Metrics:
             "vkgate_kubelet_log_bytes", "Container log bytes streamed to clients", registry=r
         )
 
-    def collect(
-        self,
-        name: str,
-        documentation: str,
-        labels: tuple[str, ...],
-        fn: Callable[[], Mapping[tuple[str, ...], float]],
-        *,
-        kind: str = "counter",
-    ) -> None:
-        """Expose ``fn()`` (labels-tuple → value) as metric ``name`` at every scrape."""
-        self.registry.register(_FnCollector(name, documentation, labels, fn, kind=kind))
+    def collect(self, *args: Any, **kwargs: Any) -> None:
+        """Expose ``fn()`` (labels-tuple → value) as a metric at every scrape; arguments as
+        ``_FnCollector`` (name, documentation, labels, fn, kind="counter")."""
+        self.registry.register(_FnCollector(*args, **kwargs))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
