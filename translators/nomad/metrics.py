@@ -22,7 +22,9 @@ real ``nomad agent -dev``:
   (cumulative / (time - start)) yields the measured rate.  A task restart (new ``StartedAt``)
   starts a new counter; a task that is not running any more drops its state.  The counter is
   an estimate (Nomad's Percent is an average over its own sampling window), but it never goes
-  backwards.
+  backwards, and it exists from the first read: it starts at ``START_CORE_SECONDS`` (the CPU a
+  process spends to start at all) and holds while Nomad's figure is unknown, like a kubelet's
+  cgroup counter, which is never absent and never exactly 0 for a running container.
 * Nomad's process-based stats (raw_exec/exec without cgroup stats) prime their CPU tracker on
   the first read and refresh at most every 5 s; a task that started with zero CPU time primes
   twice.  Measured: ``Percent`` stays exactly 0 for ~10 s after ``StartedAt`` even for a task
@@ -126,11 +128,21 @@ def cpu_percent(cpu: Mapping[str, Any], *, age: float | None) -> float | None:
     return pct
 
 
+#: Core-seconds a container has used by the time it runs at all: exec and the runtime's set-up
+#: cost about a millisecond of CPU.  Every counter starts here, so it exists (and is > 0) from the
+#: first read, as a kubelet's cgroup counter does: metrics-server drops a pod whose CPU counter
+#: reads exactly 0, and Nomad cannot tell CPU for the first ~10 s or ever for an idle task
+#: (docs/design/nomad.md, "Resource usage").
+START_CORE_SECONDS = 0.001
+
+
 @dataclass
 class _CpuState:
     started_at: _dt.datetime | None
     last: float
     core_seconds: float
+    #: False while Nomad has not measured this task yet (only the start floor is counted)
+    measured: bool
 
 
 class CpuIntegrator:
@@ -141,7 +153,7 @@ class CpuIntegrator:
         self._state: dict[TaskKey, _CpuState] = {}
         #: Core-seconds of tasks that ended or restarted: keeps the node total monotonic.
         self.retired = 0.0
-        self._measured = False
+        self._seen = False
 
     def _retire(self, key: TaskKey) -> None:
         state = self._state.pop(key, None)
@@ -151,28 +163,37 @@ class CpuIntegrator:
     def sample(
         self, key: TaskKey, percent: float | None, *, started_at: _dt.datetime | None
     ) -> float | None:
-        """Add one sample; returns the running estimate, None while it cannot be told.
+        """Add one sample; returns the running counter (None only for a task with neither a
+        start time nor a measurement).
 
-        An unknown ``percent`` leaves the state alone (the next known sample covers the gap).
-        Without a start time the first sample only sets the base: the sum counts from there.
+        The counter starts at ``START_CORE_SECONDS`` when the task is first seen.  An unknown
+        ``percent`` holds the counter (the next known sample covers the gap); the first known
+        one adds ``rate * (now - start)``, so metrics-server's rule for fresh containers
+        (cumulative / (time - start)) yields the measured rate.
         """
         mono = self.clock.monotonic()
         state = self._state.get(key)
         if state is not None and state.started_at != started_at:
             self._retire(key)  # the task restarted: a new container, a new counter
             state = None
-        if percent is None:
-            return None
-        self._measured = True
-        cores = percent / 100.0
         if state is None:
-            if started_at is None:
-                self._state[key] = _CpuState(None, mono, 0.0)
+            if percent is None and started_at is None:
                 return None
-            age = max(0.0, (self.clock.now() - started_at).total_seconds())
-            state = self._state[key] = _CpuState(started_at, mono, cores * age)
+            state = self._state[key] = _CpuState(started_at, mono, START_CORE_SECONDS, False)
+            self._seen = True
+        if percent is None:
             return state.core_seconds
-        state.core_seconds += cores * max(0.0, mono - state.last)
+        cores = percent / 100.0
+        if not state.measured:
+            age = (
+                0.0
+                if started_at is None
+                else max(0.0, (self.clock.now() - started_at).total_seconds())
+            )
+            state.core_seconds = START_CORE_SECONDS + cores * age
+            state.measured = True
+        else:
+            state.core_seconds += cores * max(0.0, mono - state.last)
         state.last = mono
         return state.core_seconds
 
@@ -185,8 +206,8 @@ class CpuIntegrator:
     def total(self) -> float | None:
         """Core-seconds of every task measured since this integrator started, ended ones
         included: the node's counter, which must never go backwards — not when a pod ends,
-        restarts, or its stats call fails for one scrape.  None before any measurement."""
-        if not self._measured:
+        restarts, or its stats call fails for one scrape.  None before any task was seen."""
+        if not self._seen:
             return None
         return self.retired + sum(s.core_seconds for s in self._state.values())
 

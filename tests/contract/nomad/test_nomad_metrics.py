@@ -24,6 +24,7 @@ from nomad_fixtures import ADDRESS, NODE, Sleeps
 from gateway.clock import FakeClock
 from translators.base import BackendUnavailable, MetricsSource, TranslatorContext
 from translators.nomad import NomadTranslator
+from translators.nomad.metrics import START_CORE_SECONDS as F
 
 pytestmark = pytest.mark.contract
 
@@ -127,18 +128,19 @@ async def test_stats_map_to_running_containers_and_cpu_is_integrated(
     # Percent is per core: 100 = one core busy
     assert app.cpu_nano_cores == 1_000_000_000
     # first sample: one core since the task started 20 s ago
-    assert app.cpu_core_seconds == pytest.approx(20.0)
+    assert app.cpu_core_seconds == pytest.approx(F + 20.0)
     # process-based stats measure RSS only: the working set is the RSS
     assert app.memory_working_set_bytes == app.memory_rss_bytes == 1658880
-    # idle is 20 s old and reads 0 %: a real reading, not "unknown"
-    assert idle.cpu_nano_cores == 0 and idle.cpu_core_seconds == 0.0
+    # idle is 20 s old and reads 0 %: a real reading, not "unknown"; its counter is the start
+    # floor, never 0 (metrics-server drops a pod whose CPU counter reads 0)
+    assert idle.cpu_nano_cores == 0 and idle.cpu_core_seconds == pytest.approx(F)
     # the node: the pods' cumulative CPU (20 + 0); memory and rate are summed by the kubelet
-    assert first.cpu_core_seconds == pytest.approx(20.0)
+    assert first.cpu_core_seconds == pytest.approx(20.0 + 2 * F)
     assert first.cpu_nano_cores is None and first.memory_working_set_bytes is None
     (app2, _) = second.pods[0].containers
     # 10 s later at half a core: 20 + 0.5 x 10
     assert app2.cpu_nano_cores == 500_000_000
-    assert app2.cpu_core_seconds == pytest.approx(25.0)
+    assert app2.cpu_core_seconds == pytest.approx(F + 25.0)
     assert app2.memory_working_set_bytes == 4 << 20
     assert second.time - first.time == _dt.timedelta(seconds=10)
 
@@ -155,8 +157,9 @@ async def test_a_zero_right_after_start_is_unknown_not_idle(
         )
         usage = await t.usage()
     app, idle = usage.pods[0].containers
-    assert app.cpu_nano_cores is None and app.cpu_core_seconds is None
-    assert idle.cpu_nano_cores is None
+    # the rate is unknown, but the counter exists from the first read (the start floor)
+    assert app.cpu_nano_cores is None and app.cpu_core_seconds == pytest.approx(F)
+    assert idle.cpu_nano_cores is None and idle.cpu_core_seconds == pytest.approx(F)
     assert app.memory_working_set_bytes == 1658880  # memory is measured from the start
 
 
@@ -202,12 +205,13 @@ async def test_a_failing_allocation_is_left_out_and_not_retried(
 
     # the counter went on across the gap (20 s at one core, then 10 s at half a core); starting
     # over from the start time would give 0.5 x 30 = 15, a decrease metrics-server rejects
-    assert app_seconds(first) == pytest.approx(20.0)
-    assert app_seconds(later) == pytest.approx(25.0)
+    assert app_seconds(first) == pytest.approx(F + 20.0)
+    assert app_seconds(later) == pytest.approx(F + 25.0)
     # the node's counter keeps the left-out pod's last value: it never goes down
-    assert first.cpu_core_seconds == pytest.approx(40.0)
-    assert failed.cpu_core_seconds == pytest.approx(45.0)  # burner-2 went on: 25 + burner-1 20
-    assert later.cpu_core_seconds == pytest.approx(55.0)  # 30 + 25
+    assert first.cpu_core_seconds == pytest.approx(40.0 + 4 * F)  # two pods of two tasks
+    # burner-2 went on: 25 + burner-1 20
+    assert failed.cpu_core_seconds == pytest.approx(45.0 + 4 * F)
+    assert later.cpu_core_seconds == pytest.approx(55.0 + 4 * F)  # 30 + 25
 
 
 async def test_stats_calls_in_flight_are_bounded(

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from gateway.clock import FakeClock
-from translators.nomad.metrics import PRIMING_SECONDS, CpuIntegrator, cpu_percent, memory_usage
+from translators.nomad.metrics import (
+    PRIMING_SECONDS,
+    START_CORE_SECONDS,
+    CpuIntegrator,
+    cpu_percent,
+    memory_usage,
+)
+
+F = START_CORE_SECONDS
 
 MiB = 1 << 20
 CG1 = ["RSS", "Cache", "Swap", "Usage", "Max Usage", "Kernel Usage", "Kernel Max Usage"]
@@ -87,33 +95,61 @@ async def test_integrator_seeds_from_the_start_then_adds_rate_times_interval() -
     clock = FakeClock(START + _dt.timedelta(seconds=40))
     cpu = CpuIntegrator(clock)
     key = ("alloc", "app")
-    assert cpu.sample(key, 50.0, started_at=START) == pytest.approx(20.0)
+    assert cpu.sample(key, 50.0, started_at=START) == pytest.approx(F + 20.0)
     await clock.advance(10)
-    assert cpu.sample(key, 200.0, started_at=START) == pytest.approx(40.0)
+    assert cpu.sample(key, 200.0, started_at=START) == pytest.approx(F + 40.0)
     await clock.advance(5)
-    # an unknown sample reports nothing and keeps the state; the next one covers the gap
-    assert cpu.sample(key, None, started_at=START) is None
+    # an unknown sample holds the counter; the next known one covers the gap
+    assert cpu.sample(key, None, started_at=START) == pytest.approx(F + 40.0)
     await clock.advance(5)
-    assert cpu.sample(key, 100.0, started_at=START) == pytest.approx(50.0)
+    assert cpu.sample(key, 100.0, started_at=START) == pytest.approx(F + 50.0)
+
+
+async def test_the_counter_exists_from_the_first_read_and_is_never_zero() -> None:
+    """Nomad reads 0 / unmeasured for the first seconds and for idle tasks; a kubelet's counter
+    exists from the start and is > 0 (metrics-server drops a pod whose CPU counter is 0)."""
+    clock = FakeClock(START + _dt.timedelta(seconds=2))
+    cpu = CpuIntegrator(clock)
+    key = ("alloc", "idle")
+    assert cpu.total() is None
+    first = cpu.sample(
+        key, cpu_percent({"Percent": 0.0, "Measured": ["Percent"]}, age=2), started_at=START
+    )
+    assert first == pytest.approx(F) and first > 0
+    assert cpu.total() == pytest.approx(F)
+    await clock.advance(20)  # priming over: a real idle reading of 0 keeps the counter
+    assert cpu.sample(key, 0.0, started_at=START) == pytest.approx(F)
+    await clock.advance(10)
+    assert cpu.sample(key, 50.0, started_at=START) == pytest.approx(F + 5.0)
+
+
+async def test_a_task_first_measured_after_priming_is_seeded_from_its_start() -> None:
+    clock = FakeClock(START + _dt.timedelta(seconds=1))
+    cpu = CpuIntegrator(clock)
+    key = ("alloc", "busy")
+    assert cpu.sample(key, None, started_at=START) == pytest.approx(F)
+    await clock.advance(11)  # 12 s after start, Nomad reports one busy core
+    assert cpu.sample(key, 100.0, started_at=START) == pytest.approx(F + 12.0)
 
 
 async def test_integrator_starts_over_when_the_task_restarts() -> None:
     clock = FakeClock(START + _dt.timedelta(seconds=100))
     cpu = CpuIntegrator(clock)
     key = ("alloc", "app")
-    assert cpu.sample(key, 100.0, started_at=START) == pytest.approx(100.0)
+    assert cpu.sample(key, 100.0, started_at=START) == pytest.approx(F + 100.0)
     await clock.advance(10)
     restarted = START + _dt.timedelta(seconds=106)
-    assert cpu.sample(key, 100.0, started_at=restarted) == pytest.approx(4.0)
+    assert cpu.sample(key, 100.0, started_at=restarted) == pytest.approx(F + 4.0)
 
 
 async def test_integrator_without_a_start_time_counts_from_the_first_sample() -> None:
     clock = FakeClock(START)
     cpu = CpuIntegrator(clock)
     key = ("alloc", "app")
-    assert cpu.sample(key, 100.0, started_at=None) is None
+    assert cpu.sample(key, None, started_at=None) is None  # nothing known at all
+    assert cpu.sample(key, 100.0, started_at=None) == pytest.approx(F)
     await clock.advance(3)
-    assert cpu.sample(key, 100.0, started_at=None) == pytest.approx(3.0)
+    assert cpu.sample(key, 100.0, started_at=None) == pytest.approx(F + 3.0)
 
 
 def test_integrator_forgets_tasks_that_stopped_running() -> None:
@@ -131,11 +167,11 @@ async def test_node_total_never_goes_backwards() -> None:
     assert cpu.total() is None  # nothing measured yet: unknown, not 0
     cpu.sample(("a1", "app"), 100.0, started_at=START)  # 10
     cpu.sample(("a2", "app"), 50.0, started_at=START)  # 5
-    assert cpu.total() == pytest.approx(15.0)
+    assert cpu.total() == pytest.approx(15.0 + 2 * F)
     await clock.advance(10)
     # a1's task restarted: its new counter starts near 0, the node keeps the old 10 + 0
     cpu.sample(("a1", "app"), 100.0, started_at=START + _dt.timedelta(seconds=18))
-    assert cpu.total() == pytest.approx(10.0 + 2.0 + 5.0)
+    assert cpu.total() == pytest.approx(10.0 + 2.0 + 5.0 + 3 * F)
     # a2 ended: its 5 core-seconds stay in the node's total
     cpu.keep([("a1", "app")])
-    assert cpu.total() == pytest.approx(17.0)
+    assert cpu.total() == pytest.approx(17.0 + 3 * F)
