@@ -34,25 +34,29 @@ NODE_MONITOR_PERIOD = "2s"
 NODE_MONITOR_GRACE = "20s"
 
 #: Controllers of a useful small cluster (names as kube-controller-manager 1.36 spells them).
-CONTROLLERS = (
-    "namespace",
-    "garbagecollector",
-    "serviceaccount",
-    "serviceaccount-token",
-    "root-ca-certificate-publisher",
-    "node-lifecycle",
-    "taint-eviction",
-    "pod-garbage-collector",
-    "deployment",
-    "replicaset",
-    "job",
-    "cronjob",
-    "ttl-after-finished",
-    "certificatesigningrequest-approving",
-    "certificatesigningrequest-signing",
-    "certificatesigningrequest-cleaner",
-    "disruption",
-    "endpointslice",
+CONTROLLERS = tuple(
+    f"{name}-controller"
+    for name in (
+        "namespace",
+        "garbage-collector",
+        "serviceaccount",
+        "serviceaccount-token",
+        "root-ca-certificate-publisher",
+        "node-lifecycle",
+        "taint-eviction",
+        "pod-garbage-collector",
+        "deployment",
+        "replicaset",
+        "job",
+        "cronjob",
+        "ttl-after-finished",
+        "certificatesigningrequest-approving",
+        "certificatesigningrequest-signing",
+        "certificatesigningrequest-cleaner",
+        "disruption",
+        "endpointslice",
+        "clusterrole-aggregation",
+    )
 )
 
 METRICS_SERVER_USER = "system:metrics-server"

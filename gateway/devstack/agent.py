@@ -16,6 +16,7 @@ the API server's kubelet-client CA as the kubelet's client CA, metrics on a free
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import socket
@@ -42,16 +43,33 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def serving_ips(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The IP SANs a gateway's serving certificate needs: 127.0.0.1, the configured
+    ``kubelet.address`` and ``node.internal_ip`` (the address the API server and
+    metrics-server dial).  A wildcard listen address names no peer and is left out."""
+    found = ["127.0.0.1"]
+    for value in (
+        (settings.get("kubelet") or {}).get("address"),
+        (settings.get("node") or {}).get("internal_ip"),
+    ):
+        try:
+            ip = ipaddress.ip_address(str(value or ""))
+        except ValueError:
+            continue
+        if not ip.is_unspecified and str(ip) not in found:
+            found.append(str(ip))
+    return tuple(found)
+
+
 def default_settings(cp: ControlPlane, workdir: Path, node_name: str) -> dict[str, Any]:
-    serving = cp.kubelet_serving_cert(node_name)
+    """Defaults under the caller's settings; the serving certificate is issued after the merge
+    (``GatewayProcess``) so that it covers the addresses finally configured."""
     return {
         "node": {"name": node_name},
         "kube": {"kubeconfig": str(cp.kubeconfig)},
         "kubelet": {
             "address": "127.0.0.1",
             "port": free_port(),
-            "cert_file": str(serving.cert),
-            "key_file": str(serving.key),
             "client_ca_file": str(cp.kubelet_client_ca_file),
             "metrics_address": f"127.0.0.1:{free_port()}",
         },
@@ -81,6 +99,10 @@ class GatewayProcess:
         name = node_name or (settings or {}).get("node", {}).get("name") or _unique_name()
         self.settings = _merge(default_settings(cp, workdir, name), settings or {})
         self.settings["node"]["name"] = name
+        kubelet = self.settings["kubelet"]
+        if not kubelet.get("cert_file"):
+            serving = cp.kubelet_serving_cert(name, ips=serving_ips(self.settings))
+            kubelet["cert_file"], kubelet["key_file"] = str(serving.cert), str(serving.key)
         self.node_name: str = name
         self.config_path = workdir / "vkgate.toml"
         self.config_path.write_text(to_toml(self.settings))

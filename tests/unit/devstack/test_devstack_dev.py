@@ -12,13 +12,17 @@ from gateway.config import ConfigError
 from gateway.devstack import dev
 
 
-def test_sample_pod_is_bound_and_runs_a_shell() -> None:
-    pod = dev.sample_pod("vk-dev")
-    assert pod["spec"]["nodeName"] == "vk-dev"
-    container = pod["spec"]["containers"][0]
+def test_sample_deployment_is_left_to_the_scheduler_and_selects_the_virtual_node() -> None:
+    dep = dev.sample_deployment("vk-dev")
+    spec = dep["spec"]["template"]["spec"]
+    assert "nodeName" not in spec  # the real scheduler places it
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "vk-dev"}
+    assert {"key": "virtual-kubelet.io/provider", "operator": "Exists"} in spec["tolerations"]
+    container = spec["containers"][0]
     assert container["command"][:2] == ["/bin/sh", "-c"]
     assert "hello from vkgate" in container["command"][2]
-    assert pod["spec"]["automountServiceAccountToken"] is False
+    # a real cluster mounts the ServiceAccount token: the demo does not opt out
+    assert "automountServiceAccountToken" not in spec
 
 
 def test_user_settings_merge_file_and_sets_but_keep_dev_credentials(tmp_path: Path) -> None:
@@ -48,5 +52,5 @@ def test_missing_binaries_without_go_fail_with_a_message(
     args = build_parser().parse_args(["dev", "--backend-dev", "simulated", "--no-wait"])
     assert dev.main(args) == 1
     out = capsys.readouterr().out
-    assert "cannot build etcd, kube-apiserver" in out
+    assert "cannot build etcd, kube-apiserver, kube-controller-manager" in out
     assert "Go 1.26" in out
