@@ -4,10 +4,15 @@ Names, types and labels follow the kubelet's resource-metrics endpoint
 (docs/design/kubelet-contract.md, "Resource metrics"): ``node_cpu_usage_seconds_total``,
 ``node_memory_working_set_bytes``,
 ``container_{cpu_usage_seconds_total,memory_working_set_bytes,start_time_seconds}`` (labels
-``container``, ``namespace``, ``pod``), ``pod_{cpu_usage_seconds_total, memory_working_set_bytes}``
+``namespace``, ``pod``, ``container``), ``pod_{cpu_usage_seconds_total, memory_working_set_bytes}``
 (``namespace``, ``pod``), ``resource_scrape_error`` and the deprecated ``scrape_error``.  Usage
 samples carry the backend's millisecond timestamp, start times do not.  Numbers are printed as Go's
 ``strconv.FormatFloat(v, 'g', -1, 64)`` does.
+
+Label order: the kubelet prints labels sorted (``container, namespace, pod``); we print
+``namespace, pod, container``.  metrics-server finds labels by name, so both work for it, but
+the upstream virtual-kubelet conformance suite reads the *second* label as the pod name
+(docs/design/upstream-e2e.md), which only this order satisfies.
 
 Unknown means absent: a value the backend did not report is omitted, never written as 0 —
 metrics-server would drop a pod with a zero container anyway, and a fake zero is a lie on
@@ -125,7 +130,7 @@ def render(usage: NodeUsage | None) -> str:
         for p in sorted(usage.pods, key=lambda p: (p.ref.namespace, p.ref.name)):
             pl = (("namespace", p.ref.namespace), ("pod", p.ref.name))
             for c in sorted(p.containers, key=lambda c: c.name):
-                cl = (("container", c.name), *pl)
+                cl = (*pl, ("container", c.name))
                 add("container_cpu_usage_seconds_total", cl, c.cpu_core_seconds, ts)
                 add("container_memory_working_set_bytes", cl, _f(c.memory_working_set_bytes), ts)
                 add("container_start_time_seconds", cl, _start(c), "")

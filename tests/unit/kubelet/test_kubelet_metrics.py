@@ -48,11 +48,11 @@ def test_resource_metrics_exact_text() -> None:
     ts = "1772359200000"
     samples = [ln for ln in text.splitlines() if not ln.startswith("#")]
     assert samples == [
-        f'container_cpu_usage_seconds_total{{container="app",namespace="ns",pod="web"}} 12.5 {ts}',
-        f'container_cpu_usage_seconds_total{{container="log",namespace="ns",pod="web"}} 0.25 {ts}',
-        f'container_memory_working_set_bytes{{container="app",namespace="ns",pod="web"}} 1.2e+07 {ts}',
-        f'container_memory_working_set_bytes{{container="log",namespace="ns",pod="web"}} 1e+06 {ts}',
-        'container_start_time_seconds{container="app",namespace="ns",pod="web"} 1.7723556e+09',
+        f'container_cpu_usage_seconds_total{{namespace="ns",pod="web",container="app"}} 12.5 {ts}',
+        f'container_cpu_usage_seconds_total{{namespace="ns",pod="web",container="log"}} 0.25 {ts}',
+        f'container_memory_working_set_bytes{{namespace="ns",pod="web",container="app"}} 1.2e+07 {ts}',
+        f'container_memory_working_set_bytes{{namespace="ns",pod="web",container="log"}} 1e+06 {ts}',
+        'container_start_time_seconds{namespace="ns",pod="web",container="app"} 1.7723556e+09',
         f"node_cpu_usage_seconds_total 100 {ts}",
         f"node_memory_working_set_bytes 2e+09 {ts}",
         f'pod_cpu_usage_seconds_total{{namespace="ns",pod="web"}} 12.75 {ts}',
