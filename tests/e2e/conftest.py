@@ -16,8 +16,10 @@ so build first or pass ``--timeout=0``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -189,7 +191,7 @@ StartGateway = Callable[..., GatewayProcess]
 
 
 def _gateway_factory(
-    cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory, *, delete_nodes: bool = False
 ) -> Iterator[StartGateway]:
     started: list[GatewayProcess] = []
 
@@ -212,6 +214,9 @@ def _gateway_factory(
     for gw in started:
         gw.stop(timeout=15)
         print(f"----- {gw!r} log (tail) -----\n{gw.log_text()[-6000:]}")
+        if delete_nodes:
+            with contextlib.suppress(urllib.error.HTTPError):
+                cp.api().request("DELETE", f"/api/v1/nodes/{gw.node_name}")
 
 
 @pytest.fixture
@@ -231,5 +236,7 @@ def start_gateway(
 def start_cluster_gateway(
     cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StartGateway]:
-    """``start_gateway`` against the whole ``cluster``."""
-    yield from _gateway_factory(cluster, tmp_path_factory)
+    """``start_gateway`` against the whole ``cluster``.  Nodes are deleted at teardown, as an
+    operator removes a retired node: dead nodes left behind would put the node lifecycle
+    controller into its disruption modes, which stop evictions cluster-wide."""
+    yield from _gateway_factory(cluster, tmp_path_factory, delete_nodes=True)
