@@ -63,7 +63,7 @@ def _netns_inode() -> int:
 def add_loopback_address(ip: str) -> None:
     """Put ``ip``/32 on ``lo`` so that a node can publish a non-loopback InternalIP (the API
     server refuses to proxy to loopback).  Refuses outside the test-made namespace: such an
-    address must never exist on the host (docs/design/control-plane.md, "Network rule")."""
+    address must never exist on the host (docs/design/control-plane.md, "Loopback only")."""
     if not isolated():
         raise RuntimeError(f"refusing to add {ip} outside the e2e network namespace")
     exe = shutil.which("ip")
