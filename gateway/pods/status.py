@@ -544,6 +544,16 @@ def pending(
     )
 
 
+def all_waiting(pod: Mapping[str, Any], reason: str, message: str) -> dict[str, tuple[str, str]]:
+    """Every container waiting with ``reason`` — what ``kubectl get pods`` shows as STATUS
+    (a container's waiting reason wins over the pod's reason there)."""
+    names = [
+        str(c.get("name"))
+        for c in (*_spec_containers(pod, "initContainers"), *_spec_containers(pod, "containers"))
+    ]
+    return {n: (reason, message) for n in names}
+
+
 def rejected(
     pod: Mapping[str, Any], *, now: _dt.datetime, host_ip: str, reason: str, message: str
 ) -> JSON:
@@ -551,11 +561,7 @@ def rejected(
     restartPolicy Never): Failed, containers never started (waiting with the reason)."""
     if is_terminal(pod):
         return dict(pod.get("status") or {})
-    names = [
-        str(c.get("name"))
-        for c in (*_spec_containers(pod, "initContainers"), *_spec_containers(pod, "containers"))
-    ]
-    init_statuses, statuses = _waiting_statuses(pod, {n: (reason, message) for n in names})
+    init_statuses, statuses = _waiting_statuses(pod, all_waiting(pod, reason, message))
     return _render(
         pod,
         phase="Failed",

@@ -420,6 +420,7 @@ class PodSync:
                     host_ip=self.host_ip(),
                     reason="TranslationFailed",
                     message=msg,
+                    waiting=st.all_waiting(pod, "TranslationFailed", msg),
                 ),
             )
             raise Retry(delay=verdict.delay) from None

@@ -20,12 +20,19 @@ no allocation             Pending; containers waiting ``ContainerCreating``; wit
 
 Containers, from ``TaskStates`` and their events: ``dead`` → terminated with the exit code,
 signal and OOM flag of the last ``Terminated`` event (exit code 0 with a signal → 128+signal;
-reason ``OOMKilled`` / ``Completed`` / ``Error``; a task that never started is
-``ContainerCannotRun``); ``running`` → running since ``StartedAt``; ``pending`` after a
-``Driver Failure`` about the image → ``ErrImagePull`` (``ImagePullBackOff`` once repeated),
-after another driver/setup failure → ``CreateContainerError``, after ``Restarting`` →
+reason ``OOMKilled`` (message: Nomad's, e.g. ``Exit Code: 137, Signal: 9``) / ``Completed`` /
+``Error``); ``running`` → running since ``StartedAt``; after ``Restarting`` →
 ``CrashLoopBackOff``, otherwise ``ContainerCreating`` (``PodInitializing`` for main containers
-while prestart tasks run).  ``restartCount`` = ``Restarts`` + one per earlier allocation of the
+while prestart tasks run).
+
+A task Nomad could not start is never given a process exit code (docs/design/nomad.md,
+"Task events"): the failure event picks the kubelet's reason (``failure_reason``:
+``CreateContainerConfigError`` for ``Failed Validation``, ``ErrImagePull``/
+``ImagePullBackOff``, ``RunContainerError``/``StartError``, ``CreateContainerError``), the
+message is ``<event type>: <Nomad's text>``, waiting while Nomad retries, terminated with 128
+(containerd's code for ``StartError``) once it gave up.  The pod's message and a Warning Event
+per container carry the same words.  Every terminated state has real times: a run's
+``startedAt`` is its ``Started`` event, ``finishedAt`` its ``Terminated`` event.  ``restartCount`` = ``Restarts`` + one per earlier allocation of the
 job; ``lastState`` = the ``Terminated`` event before the current run.
 
 Which tasks are init containers is recorded in the job's ``Meta`` (``vkgate.containers``,
@@ -68,9 +75,12 @@ _IMAGE_ERROR = re.compile(
 _SETUP_FAILURES = {
     "Driver Failure",
     "Setup Failure",
+    "Failed Validation",
     "Failed Artifact Download",
     "Task hook failed",
 }
+#: Exit code of a container that never started (what containerd reports with ``StartError``).
+NEVER_STARTED_EXIT = 128
 
 
 @dataclass
@@ -190,7 +200,7 @@ def _events(ts: Mapping[str, Any]) -> list[JSON]:
 
 
 def _terminated_from(
-    event: Mapping[str, Any] | None,
+    event: Mapping[str, Any],
     *,
     name: str,
     failed: bool,
@@ -198,20 +208,21 @@ def _terminated_from(
     finished: _dt.datetime | None,
     cid: str,
 ) -> ContainerState:
-    details: Mapping[str, str] = (event or {}).get("Details") or {}
+    details: Mapping[str, str] = event.get("Details") or {}
     code = _int(details.get("exit_code"), default=1 if failed else 0)
     signal = _int(details.get("signal"), default=0)
     if code == 0 and signal > 0:
         code = 128 + signal
-    if str(details.get("oom_killed", "")).lower() == "true":
+    oom = str(details.get("oom_killed", "")).lower() == "true"
+    if oom:
         reason = "OOMKilled"
-    elif event is None and started is None and failed:
-        reason = "ContainerCannotRun"
     elif code == 0 and not failed:
         reason = "Completed"
     else:
         reason = "Error"
     message = str(details.get("exit_message") or "")
+    if oom and not message:
+        message = str(event.get("DisplayMessage") or "")
     return ContainerState(
         name=name,
         state="terminated",
@@ -220,9 +231,44 @@ def _terminated_from(
         exit_code=code,
         signal=signal or None,
         started_at=started,
-        finished_at=finished or (parse_time(event.get("Time")) if event else None),
+        finished_at=finished or parse_time(event.get("Time")),
         container_id=cid,
     )
+
+
+def _run_of(
+    events: Sequence[Mapping[str, Any]], term_i: int
+) -> tuple[_dt.datetime | None, _dt.datetime | None]:
+    """(started, finished) of the run that the ``Terminated`` event at ``term_i`` ended: the
+    ``Started`` event before it, and the event's own time (never the zero time)."""
+    finished = parse_time(events[term_i].get("Time"))
+    for i in range(term_i - 1, -1, -1):
+        if events[i].get("Type") == "Started":
+            return parse_time(events[i].get("Time")), finished
+    return None, finished
+
+
+def failure_reason(event: Mapping[str, Any], *, waiting: bool, repeated: bool = False) -> str:
+    """The kubelet's reason for a task that could not start, from Nomad's failure event.
+
+    ``Failed Validation`` (the task config did not parse) → ``CreateContainerConfigError``;
+    a ``Driver Failure`` about the image → ``ErrImagePull`` (``ImagePullBackOff`` once
+    repeated); another driver failure → ``RunContainerError`` while retrying, ``StartError``
+    once terminated; other setup/hook/artifact failures → ``CreateContainerError``.
+    """
+    kind = event.get("Type")
+    if kind == "Failed Validation":
+        return "CreateContainerConfigError"
+    if kind == "Driver Failure" and _IMAGE_ERROR.search(_message(event)):
+        return "ImagePullBackOff" if repeated else "ErrImagePull"
+    if kind == "Driver Failure":
+        return "RunContainerError" if waiting else "StartError"
+    return "CreateContainerError"
+
+
+def nomad_words(event: Mapping[str, Any]) -> str:
+    """``<event type>: <Nomad's message>`` — how a failure is shown in the pod and its Event."""
+    return f"{event.get('Type')}: {_message(event).strip()}"
 
 
 def _int(value: Any, *, default: int) -> int:
@@ -243,6 +289,7 @@ def _message(event: Mapping[str, Any]) -> str:
     details: Mapping[str, str] = event.get("Details") or {}
     return str(
         details.get("driver_error")
+        or details.get("validation_error")
         or details.get("setup_error")
         or details.get("download_error")
         or event.get("DisplayMessage")
@@ -276,22 +323,25 @@ def container_state(
     term_i, term = _last(events, "Terminated")
     last: ContainerState | None = None
     if term is None and previous is not None:
-        _, prev_term = _last(_events(previous), "Terminated")
+        prev_events = _events(previous)
+        prev_i, prev_term = _last(prev_events, "Terminated")
         if prev_term is not None:
+            run_started, run_finished = _run_of(prev_events, prev_i)
             last = _terminated_from(
                 prev_term,
                 name=name,
                 failed=bool(previous.get("Failed")),
-                started=parse_time(previous.get("StartedAt")),
-                finished=parse_time(previous.get("FinishedAt")),
+                started=parse_time(previous.get("StartedAt")) or run_started,
+                finished=parse_time(previous.get("FinishedAt")) or run_finished,
                 cid=cid,
             )
 
     if state == "dead":
-        _, prev = _last(events[:term_i] if term_i >= 0 else [], "Terminated")
+        prev_i, prev = _last(events[:term_i] if term_i >= 0 else [], "Terminated")
         if prev is not None:
+            run_started, run_finished = _run_of(events, prev_i)
             last = _terminated_from(
-                prev, name=name, failed=True, started=None, finished=None, cid=cid
+                prev, name=name, failed=True, started=run_started, finished=run_finished, cid=cid
             )
         if term is None and started is None and not failed:
             # stopped before it ever ran (e.g. pod deleted while pending)
@@ -305,25 +355,39 @@ def container_state(
                 container_id=cid,
             )
         if term is None and failed:
+            # never started: not an exit code of the process, the reason Nomad gave
             failure = next((e for e in reversed(events) if e.get("Type") in _SETUP_FAILURES), None)
-            cs = _terminated_from(
-                None, name=name, failed=True, started=started, finished=finished, cid=cid
+            return ContainerState(
+                name=name,
+                state="terminated",
+                reason=failure_reason(failure, waiting=False) if failure else "StartError",
+                message=nomad_words(failure) if failure else "the task failed before it started",
+                exit_code=NEVER_STARTED_EXIT,
+                started_at=finished,
+                finished_at=finished,
+                restart_count=restarts,
+                container_id=cid,
+                last_terminated=last,
             )
-            if failure is not None:
-                cs = replace(cs, message=_message(failure))
-            return replace(cs, restart_count=restarts, last_terminated=last)
+        run_started, run_finished = _run_of(events, term_i) if term_i >= 0 else (None, None)
         cs = _terminated_from(
-            term, name=name, failed=failed, started=started, finished=finished, cid=cid
+            term or {},
+            name=name,
+            failed=failed,
+            started=started or run_started,
+            finished=finished or run_finished,
+            cid=cid,
         )
         return replace(cs, restart_count=restarts, last_terminated=last)
 
     if term is not None:
+        run_started, run_finished = _run_of(events, term_i)
         last = _terminated_from(
             term,
             name=name,
             failed=_int((term.get("Details") or {}).get("exit_code"), default=0) != 0,
-            started=None,
-            finished=None,
+            started=run_started,
+            finished=run_finished,
             cid=cid,
         )
 
@@ -350,13 +414,22 @@ def container_state(
     reason, message = ("PodInitializing" if initializing else "ContainerCreating"), ""
     if latest is not None and latest.get("Type") == "Restarting":
         reason, message = "CrashLoopBackOff", _message(latest)
+        cause = next(
+            (
+                e
+                for e in reversed(events[: events.index(latest)])
+                if e.get("Type") in _SETUP_FAILURES or e.get("Type") == "Terminated"
+            ),
+            None,
+        )
+        if cause is not None and cause.get("Type") in _SETUP_FAILURES:
+            # Nomad retries a task that could not start: still that failure, backing off
+            reason = failure_reason(cause, waiting=True, repeated=True)
+            message = nomad_words(cause)
     elif latest is not None and latest.get("Type") in _SETUP_FAILURES:
-        message = _message(latest)
-        if latest.get("Type") == "Driver Failure" and _IMAGE_ERROR.search(message):
-            pulls = sum(1 for e in events if e.get("Type") == "Driver Failure")
-            reason = "ImagePullBackOff" if pulls > 1 or restarts > 0 else "ErrImagePull"
-        else:
-            reason = "CreateContainerError"
+        message = nomad_words(latest)
+        pulls = sum(1 for e in events if e.get("Type") == "Driver Failure")
+        reason = failure_reason(latest, waiting=True, repeated=pulls > 1 or restarts > 0)
     return ContainerState(
         name=name,
         state="waiting",
@@ -458,8 +531,12 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         # "complete" also means "stopped on purpose" (pod deleted): a container that did not
         # exit 0 makes the pod Failed, as the kubelet decides for deleted pods
         phase = Phase.FAILED
+    failures = start_failures((*init_states, *main_states))
     if client_status == "lost":
         reason, message = "NodeLost", str(alloc.get("ClientDescription") or "Nomad lost the node")
+    elif client_status == "failed" and failures:
+        # Nomad's words for why a task never ran, not its summary ("Failed tasks")
+        message = "; ".join(f"{c}: {m}" for _, _, m, c in failures)
     elif client_status == "failed" and alloc.get("ClientDescription"):
         message = str(alloc["ClientDescription"])
     host_ip = (node_ips or {}).get(str(alloc.get("NodeID", "")), "")
@@ -476,6 +553,30 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         containers=main_states,
         init_containers=init_states,
         node_name=view.node,
+        events=failures,
+    )
+
+
+#: Container reasons that mean "Nomad could not start it" (see ``failure_reason``).
+START_FAILURES = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "StartError",
+        "ErrImagePull",
+        "ImagePullBackOff",
+    }
+)
+
+
+def start_failures(states: Iterable[ContainerState]) -> tuple[tuple[str, str, str, str], ...]:
+    """A Warning Event per container Nomad could not start, carrying Nomad's words
+    (``Failed``, or ``BackOff`` while Nomad retries an image pull, as the kubelet names them)."""
+    return tuple(
+        ("Warning", "BackOff" if c.reason.endswith("BackOff") else "Failed", c.message, c.name)
+        for c in states
+        if c.reason in START_FAILURES and c.message
     )
 
 

@@ -136,6 +136,9 @@ async def test_template_error_is_pending_translation_failed_with_one_event(h: Ha
     assert status["phase"] == "Pending"
     assert status["reason"] == "TranslationFailed"
     assert "sim/pod.j2:3" in status["message"] and "needed" in status["message"]
+    # kubectl get pods prints a container's waiting reason as STATUS, not ContainerCreating
+    (app,) = status["containerStatuses"]
+    assert app["state"]["waiting"] == {"reason": "TranslationFailed", "message": status["message"]}
     events = h.failed_events("web")
     assert len(events) == 1
     assert events[0]["type"] == "Warning" and events[0]["count"] == 1

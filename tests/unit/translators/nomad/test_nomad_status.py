@@ -80,7 +80,12 @@ def test_a_task_that_never_ran_and_failed_cannot_run() -> None:
         "Events": [{"Type": "Driver Failure", "Details": {"driver_error": "exec format error"}}],
     }
     cs = container_state("app", ts, alloc_id="a")
-    assert (cs.reason, cs.exit_code, cs.message) == ("ContainerCannotRun", 1, "exec format error")
+    # never started: the kubelet's StartError with containerd's 128, not a process exit code
+    assert (cs.reason, cs.exit_code, cs.message) == (
+        "StartError",
+        128,
+        "Driver Failure: exec format error",
+    )
 
 
 def test_a_task_stopped_before_it_ran_is_completed() -> None:
