@@ -270,7 +270,10 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
             nomad_defaults = {"backend": {"kind": "nomad", "nomad": nomad_table}}
             settings = _merge(nomad_defaults, settings)
         else:
-            settings = _merge({"backend": {"kind": backend}}, settings)
+            # The demo execs into its pod: the simulated backend runs exec commands locally,
+            # as Nomad's raw_exec does in the dev agent.
+            extra = {"simulated": {"exec_local": True}} if backend == "simulated" else {}
+            settings = _merge({"backend": {"kind": backend, **extra}}, settings)
         node_name = getattr(args, "node_name", None) or "vkgate-dev"
         gw = GatewayProcess(cp, workdir / "gateway", settings, node_name=node_name)
         try:

@@ -216,3 +216,46 @@ def _cmdlines() -> list[str]:
                     Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
                 )
     return out
+
+
+def _vkgate_dev(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "dev",
+            "--backend-dev",
+            "simulated",
+            "--no-wait",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=tmp_path,
+    )
+
+
+def test_vkgate_dev_on_a_routable_node_address(
+    tmp_path: Path, routable_ips: tuple[str, ...]
+) -> None:
+    """The serving certificate names the configured addresses: logs and exec through the API
+    server work on a non-loopback node address (they failed with an x509 error before)."""
+    ip = routable_ips[0]
+    proc = _vkgate_dev(
+        tmp_path, "--set", f"node.internal_ip={ip}", "--set", f"kubelet.address={ip}"
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "hello from vkgate" in out and "exec works" in out, out
+
+
+def test_vkgate_dev_fails_loudly_when_logs_do_not_work(tmp_path: Path) -> None:
+    """A demo that cannot show logs is a broken install: non-zero exit with the reason."""
+    proc = _vkgate_dev(tmp_path, "--set", "kubelet.enabled=false")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "DEMO FAILED: kubectl logs" in out, out
+    assert "stopped everything" in out
