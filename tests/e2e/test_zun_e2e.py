@@ -23,6 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract" / "zun"))
 from fake_zun import FakeOpenStack, LoopbackServer
+from zun_upstream import zun_api_or_none
 
 pytestmark = pytest.mark.e2e
 
@@ -40,11 +41,13 @@ def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
 
 @pytest.fixture
 def openstack() -> Iterator[LoopbackServer]:
-    fake = FakeOpenStack()
+    fake = FakeOpenStack(upstream=zun_api_or_none())  # Zun's own API code, when installed
     fake.script("busybox:1.36", run_seconds=8, exit_code=0, logs=("hello from zun", "bye"))
     fake.script("nginx:1.27")  # runs until stopped
     with LoopbackServer(fake) as server:
         yield server
+    assert fake.disagreements == [], "Zun's own API accepted what the fake rejected"
+    assert fake.upstream is None or fake.upstream_answers, "no request went through Zun's API"
 
 
 def zun_settings(fake: FakeOpenStack) -> dict[str, Any]:

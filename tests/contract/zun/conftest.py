@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from fake_zun import FakeOpenStack
+from zun_upstream import zun_api_or_none
 
 from gateway.clock import FakeClock
 from translators.base import TranslatorContext
@@ -37,23 +38,9 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-def zun_upstream() -> Any:
-    """Zun's own API application (``zun_upstream.ZunUpstream``); without the ``zun`` package
-    (the ``zun-server`` extra) the tier runs against the fake alone, unless
-    ``VKGATE_REQUIRE_ZUN_API`` is set (``tox -e zun`` / ``-e contract-zun`` set it)."""
-    try:
-        from zun_upstream import ZunUpstream
-
-        return ZunUpstream.get()
-    except ImportError:
-        if os.environ.get("VKGATE_REQUIRE_ZUN_API"):
-            raise
-        return None
-
-
 @pytest.fixture
 def fake(clock: FakeClock) -> Iterator[FakeOpenStack]:
-    f = FakeOpenStack(clock=clock.monotonic, upstream=zun_upstream())
+    f = FakeOpenStack(clock=clock.monotonic, upstream=zun_api_or_none())
     yield f
     assert f.disagreements == [], "Zun's own API accepted what the fake rejected"
 
