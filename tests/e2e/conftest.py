@@ -190,8 +190,19 @@ def docker_nomad(dockerd: Dockerd) -> Iterator[NomadAgent]:
 StartGateway = Callable[..., GatewayProcess]
 
 
+@pytest.fixture
+def gateway_kubeconfig() -> Path | None:
+    """The kubeconfig gateways run with unless a test sets ``kube.kubeconfig``; None: admin.
+    A module overrides it to run its tests under another identity (test_least_privilege.py)."""
+    return None
+
+
 def _gateway_factory(
-    cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory, *, delete_nodes: bool = False
+    cp: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    delete_nodes: bool = False,
+    gateway_kubeconfig: Path | None = None,
 ) -> Iterator[StartGateway]:
     started: list[GatewayProcess] = []
 
@@ -201,6 +212,9 @@ def _gateway_factory(
         node_name: str | None = None,
         wait: bool = True,
     ) -> GatewayProcess:
+        if gateway_kubeconfig is not None and "kubeconfig" not in (settings or {}).get("kube", {}):
+            kube = {**(settings or {}).get("kube", {}), "kubeconfig": str(gateway_kubeconfig)}
+            settings = {**(settings or {}), "kube": kube}
         gw = GatewayProcess(
             cp,
             tmp_path_factory.mktemp("gateway"),
@@ -221,7 +235,9 @@ def _gateway_factory(
 
 @pytest.fixture
 def start_gateway(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+    gateway_kubeconfig: Path | None,
 ) -> Iterator[StartGateway]:
     """Factory: ``start_gateway(settings=None, *, node_name=None) -> GatewayProcess`` (started).
 
@@ -229,7 +245,9 @@ def start_gateway(
     Every gateway started here is stopped at teardown (SIGTERM, SIGKILL after a timeout) and
     its log is printed, so a failing test shows what the agent said.
     """
-    yield from _gateway_factory(control_plane, tmp_path_factory)
+    yield from _gateway_factory(
+        control_plane, tmp_path_factory, gateway_kubeconfig=gateway_kubeconfig
+    )
 
 
 @pytest.fixture
