@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import unavailable
+from conftest import make_kubectl, unavailable
+
+from gateway.devstack.controlplane import launch_control_plane
+from gateway.devstack.process import BinaryUnavailable
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 OVERLAYS = ["overlays/single-node", "overlays/multi-node", "overlays/ha"]
@@ -29,14 +32,21 @@ def _env(kubectl: Any, deployment: dict) -> dict[str, str]:
     return json.loads(cm)["data"]
 
 
-@pytest.fixture
-def clean_deployments(kubectl: Any):
-    yield
-    # Workloads go; the namespace and RBAC stay (deleting a namespace needs its controller).
-    kubectl("delete", "deployments,services", "-n", "vkgate-system", "--all", "--wait=false")
+@pytest.fixture(scope="module")
+def kubectl(kubectl_path: Path) -> Any:
+    """A cluster of its own, fresh: the first apply must work on a cluster that never saw
+    vkgate (other modules apply deploy/common to the shared one)."""
+    try:
+        cp = launch_control_plane()
+    except BinaryUnavailable as exc:
+        unavailable(str(exc).splitlines()[0])
+    try:
+        yield make_kubectl(cp, kubectl_path)
+    finally:
+        cp.stop()
 
 
-def test_base_then_every_overlay_applies(kubectl: Any, clean_deployments: None) -> None:
+def test_base_then_every_overlay_applies(kubectl: Any) -> None:
     assert kubectl("get", "namespace", "vkgate-system", check=False).returncode != 0, (
         "the cluster must not know vkgate yet: this test proves the first apply"
     )
