@@ -5,12 +5,12 @@ Zun's hooks (request context, no-traceback), its ``ParsableErrorMiddleware`` (er
 microversion negotiation, JSON schemas per microversion, query-parameter schemas, state checks,
 policy (oslo.policy defaults) and its SQL database layer on SQLite.  What is stubbed is what sits
 *behind* the API layer: the compute service (RPC to zun-compute, the scheduler, placement),
-Neutron (networks, security groups) and Cinder (volumes).  ``StubCompute`` accepts every call
-and records it; the behaviour of containers over time stays in ``fake_zun.FakeOpenStack``.
+Neutron (networks, security groups) and Cinder (volumes).  ``StubCompute`` accepts every call;
+the behaviour of containers over time stays in ``fake_zun.FakeOpenStack``.
 
-``FakeOpenStack(upstream=…)`` replays every Zun request vkgate sends through this app (as a
-shadow of its own state: same project, same status) and returns Zun's answer whenever Zun
-rejects the request; reads are rendered with Zun's own view code (``format_container``,
+``FakeOpenStack(upstream=…)`` replays every Zun request vkgate sends through this app, on a
+shadow of its own state (one Zun project per fake, each object's status copied before the
+replay), and returns Zun's answer whenever Zun rejects the request; reads are rendered with Zun's own view code (``format_container``,
 ``format_capsule``).  Disagreements between the fake and Zun are recorded and fail the test
 (``tests/contract/zun/conftest.py``).
 """
@@ -42,16 +42,14 @@ def zun_api_or_none() -> ZunUpstream | None:
 
 
 class StubCompute:
-    """``zun.compute.api.API`` without zun-compute: records calls, returns canned results."""
-
-    calls: list[tuple[str, dict[str, Any]]] = []
+    """``zun.compute.api.API`` without zun-compute: accepts every call, returns canned results
+    (what happens next is the fake's business)."""
 
     def __init__(self, context: Any) -> None:
         self.context = context
 
     def __getattr__(self, name: str) -> Any:
         def record(context: Any, *args: Any, **kwargs: Any) -> Any:
-            StubCompute.calls.append((name, {"args": args, **kwargs}))
             if name == "container_exec":
                 return {"output": "", "exit_code": 0, "exec_id": None, "url": None}
             if name == "container_logs":
@@ -167,7 +165,6 @@ class ZunUpstream:
             self.objects = objects
             self.context_module = zun_context
         self.lock = threading.Lock()
-        os.environ.setdefault("OS_ZUN_UPSTREAM", "1")
 
     # -- requests ----------------------------------------------------------------------
 
