@@ -62,16 +62,22 @@ def zun_api() -> Any:
     return api
 
 
-@pytest.mark.parametrize(
-    "path", sorted((Path(__file__).parent / "pods").glob("*.yaml")), ids=lambda p: p.stem
-)
+def accepted_cases() -> list[Path]:
+    """The golden pods vkgate renders a body for (its expected output has no ``error``)."""
+    folder = Path(__file__).parent / "pods"
+    return [
+        p
+        for p in sorted(folder.glob("*.yaml"))
+        if "error" not in json.loads(p.with_suffix(".json").read_text())
+    ]
+
+
+@pytest.mark.parametrize("path", accepted_cases(), ids=lambda p: p.stem)
 async def test_zuns_own_api_accepts_every_golden_body_at_its_microversion(path: Path) -> None:
     """Each body vkgate renders goes through Zun's real API layer (routing, microversion,
     JSON schema, policy as a project member, the create code path) and must get 202."""
     case = yaml.safe_load(path.read_text())
     out = await render_case(case)
-    if "error" in out:
-        pytest.skip("vkgate refuses this pod itself")
     api = zun_api()
     who = {"project_id": "golden-" + path.stem, "user_id": "u-golden", "admin": False}
     if case.get("settings", {}).get("send_image_pull_policy"):
