@@ -159,6 +159,7 @@ class App:
                 hosts=lambda: [self.node.internal_ip],
                 ready=self.readiness,
                 metrics=self.metrics,
+                csr_client=self.kube,
             )
             add_component_collectors(
                 self.metrics,

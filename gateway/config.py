@@ -132,6 +132,13 @@ class KubeletSettings:
         default="127.0.0.1:10255", metadata=doc("Plain-HTTP own metrics; empty disables")
     )
     enabled: bool = field(default=True, metadata=doc("Serve the kubelet API"))
+    csr: bool = field(
+        default=False,
+        metadata=doc("Serving certificate from a CSR (signer kubernetes.io/kubelet-serving)"),
+    )
+    csr_self_approve: bool = field(
+        default=False, metadata=doc("Approve our own serving CSR (needs the approve permission)")
+    )
 
 
 @dataclass

@@ -15,8 +15,11 @@ from typing import Any
 
 from gateway.clock import Clock, SystemClock
 from gateway.config import KubeletSettings
+from gateway.errors import StartupError
+from gateway.kube.client import KubeClient
 from gateway.kubelet.auth import Authenticator, AuthError, Authorizer, ReviewClient
 from gateway.kubelet.certs import CertStore
+from gateway.kubelet.csr import ServingCertManager
 from gateway.kubelet.ownmetrics import MetricsServer, Readiness, path_class
 from gateway.kubelet.routes import KubeletAPI, PodLookup
 from gateway.kubelet.server import Exchange, HttpServer, Request
@@ -40,6 +43,7 @@ class KubeletServer:
         default_address: str = "0.0.0.0",
         cert_check_interval: float = 5.0,
         ready: Readiness | None = None,
+        csr_client: KubeClient | None = None,
     ) -> None:
         self.settings = settings
         self.node_name = node_name
@@ -49,6 +53,9 @@ class KubeletServer:
         self._hosts = hosts
         self._cert_check_interval = cert_check_interval
         self._ready = ready
+        self._csr_client = csr_client
+        #: Serving certificate from a CSR (``kubelet.csr``), started with the server.
+        self.csr: ServingCertManager | None = None
         self.authn = Authenticator(client=client, anonymous=settings.anonymous, clock=self.clock)
         self.authz = Authorizer(
             client=client,
@@ -102,8 +109,8 @@ class KubeletServer:
         extra = self._hosts() if callable(self._hosts) else self._hosts
         hosts = [h for h in (*extra, self.node_name, self.address, "127.0.0.1") if h]
         self.certs = CertStore(
-            cert_file=s.cert_file,
-            key_file=s.key_file,
+            cert_file="" if s.csr else s.cert_file,
+            key_file="" if s.csr else s.key_file,
             client_ca_file=s.client_ca_file,
             hosts=[h for h in dict.fromkeys(hosts) if h != "0.0.0.0"],
             check_interval=self._cert_check_interval,
@@ -121,6 +128,32 @@ class KubeletServer:
         )
         await self._http.start()
         await self.start_metrics()
+        if s.csr:
+            self._start_csr()
+
+    def _start_csr(self) -> None:
+        """Ask the signer for a certificate; until it arrives the self-signed one serves."""
+        assert self.certs is not None
+        if self._csr_client is None:
+            raise StartupError("kubelet.csr needs the Kubernetes client")
+        if self.settings.cert_file:
+            log.warning("kubelet.csr: ignoring kubelet.cert_file/key_file (the CSR replaces them)")
+        certs = self.certs
+
+        def addresses() -> list[str]:
+            return list(self._hosts() if callable(self._hosts) else self._hosts)
+
+        self.csr = ServingCertManager(
+            self._csr_client,
+            self.node_name,
+            addresses=addresses,
+            cert_file=certs.cert_file,
+            key_file=certs.key_file,
+            self_approve=self.settings.csr_self_approve,
+            clock=self.clock,
+            on_written=certs.reload_if_changed,
+        )
+        self.csr.start()
 
     async def start_metrics(self) -> None:
         """The plain-HTTP metrics/probe server alone (idempotent): the App starts it before
@@ -136,6 +169,8 @@ class KubeletServer:
             self._metrics_server = None
 
     async def stop(self) -> None:
+        if self.csr is not None:
+            await self.csr.stop()
         if self._http is not None:
             await self._http.stop()
         await self.stop_metrics()

@@ -68,6 +68,10 @@ def test_base_then_every_overlay_applies(kubectl: Any) -> None:
         assert "(server dry run)" in dry.stdout, dry.stdout
         kubectl("apply", "-k", str(DEPLOY / overlay))
 
+    optional = str(DEPLOY / "optional" / "csr-self-approve.yaml")
+    assert "(server dry run)" in kubectl("apply", "-f", optional, "--dry-run=server").stdout
+    kubectl("apply", "-f", optional)
+
     deployments = _deployments(kubectl)
     assert deployments["vkgate"]["spec"]["replicas"] == 2  # the ha overlay, applied last
     assert _env(kubectl, deployments["vkgate"])["VKGATE_HA__ENABLED"] == "true"
