@@ -11,6 +11,15 @@ import math
 import re
 from fractions import Fraction
 
+from translators.base import TranslationError
+
+
+class QuantityError(TranslationError, ValueError):
+    """An invalid quantity.  A ``ValueError`` for callers that name the field themselves, and a
+    ``TranslationError`` so one that escapes a translator still gives the pod a reason instead
+    of crashing its sync (the API server validates pod quantities; fakes and tests may not)."""
+
+
 #: Suffix → multiplier (decimal SI and binary), shared with the template ``quantity`` filter.
 UNITS = {
     "": Fraction(1),
@@ -38,14 +47,14 @@ _RE = re.compile(
 def parse_quantity(value: str | int | float) -> Fraction:
     """Parse a quantity into an exact number of base units; ``ValueError`` names the input."""
     if isinstance(value, bool):
-        raise ValueError(f"invalid quantity {value!r}")
+        raise QuantityError(f"invalid quantity {value!r}")
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
         return Fraction(str(value))
     m = _RE.match(value.strip())
     if not m:
-        raise ValueError(f"invalid quantity {value!r} (expected e.g. 500m, 2, 1.5Gi, 128Mi)")
+        raise QuantityError(f"invalid quantity {value!r} (expected e.g. 500m, 2, 1.5Gi, 128Mi)")
     number, exp, suffix = m.groups()
     base = Fraction(number)
     if exp:
