@@ -35,6 +35,10 @@ from translators.nomad.client import NomadClient
 from translators.nomad.errors import error_for_status
 
 log = logging.getLogger(__name__)
+#: The websockets client logs every frame at debug — the first one carries the ACL token
+#: (docs/design/secrets.md) — so its logger never goes below INFO, whatever log.level says.
+_WS_LOG = logging.getLogger(__name__ + ".websocket")
+_WS_LOG.setLevel(logging.INFO)
 
 HEARTBEAT_SECONDS = 10.0
 #: gRPC's wrapper around the driver's error, as Nomad forwards it in the close reason.
@@ -91,6 +95,7 @@ class NomadExecSession:
                 max_size=2**24,
                 ping_interval=None,
                 user_agent_header="vkgate",
+                logger=_WS_LOG,
             )
         except InvalidStatus as exc:
             body = exc.response.body.decode("utf-8", errors="replace") if exc.response.body else ""
