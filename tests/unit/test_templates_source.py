@@ -305,3 +305,13 @@ async def test_a_team_template_that_shadows_nothing_is_a_warning(
     assert len(warnings) == 1, events.recorded
     assert "teams/ml/nomad/jobs.j2 shadows nothing: no template nomad/jobs.j2" in warnings[0][3]
     assert "shadows nothing" in caplog.text and "teams/ml/nomad/job.j2 shadows" not in caplog.text
+
+
+def test_a_team_template_is_held_to_the_template_it_replaces() -> None:
+    """A sample the default itself cannot render (raw_exec and a container without a command)
+    is no new failure of the team's version of it (e2e: test_templates_live_retry)."""
+    from gateway.templates_source import _replaced
+
+    assert _replaced("teams/ml/nomad/raw_exec.j2") == "nomad/raw_exec.j2"
+    assert _replaced("nomad/raw_exec.j2") == "nomad/raw_exec.j2"
+    assert _replaced("teams/ml") == "teams/ml"
