@@ -417,10 +417,11 @@ def test_kubectl_top_shows_numbers_for_idle_and_busy_nomad_pods(
 
     found = wait_until("kubectl top pod lists both pods", top_pods, timeout=150, every=3)
     assert found["idle"][1] >= 0 and found["busy"][1] >= 0
-    # busy: one core at most two (2-core machine); top shows millicores
+    # busy burns CPU (a shell loop): it reads clearly above the idle pod, whose counter only
+    # holds its start floor.  The bar is low because a loaded 2-core CI machine shares the core.
     busy = wait_until(
-        "busy pod's CPU measured",
-        lambda: top_pods().get("busy", (0, 0))[0] >= 200,
+        "busy pod's CPU measured above idle",
+        lambda: (t := top_pods()) and t["busy"][0] >= 20 and t["busy"][0] > t["idle"][0],
         timeout=90,
         every=3,
     )
