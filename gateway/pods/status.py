@@ -61,6 +61,45 @@ def is_terminal(pod: Mapping[str, Any]) -> bool:
     return str((pod.get("status") or {}).get("phase", "")) in TERMINAL
 
 
+def runs_again(pod: Mapping[str, Any]) -> bool:
+    """Whether the kubelet would run this pod's containers again after they vanished:
+    Always, or OnFailure while some container has not exited 0 (docs/design/backend-faults.md)."""
+    spec = pod.get("spec") or {}
+    policy = str(spec.get("restartPolicy") or "Always")
+    if policy == "Always":
+        return True
+    if policy != "OnFailure":
+        return False
+    done = {
+        str(c.get("name"))
+        for c in (pod.get("status") or {}).get("containerStatuses") or []
+        if ((c.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
+    }
+    return any(str(c.get("name")) not in done for c in spec.get("containers") or [])
+
+
+def restart_counts(pod: Mapping[str, Any]) -> dict[str, int]:
+    """The pod's current restartCount per container (init and main)."""
+    status = pod.get("status") or {}
+    return {
+        str(c.get("name")): int(c.get("restartCount") or 0)
+        for key in ("initContainerStatuses", "containerStatuses")
+        for c in status.get(key) or []
+    }
+
+
+def carry_restarts(desired: JSON, pod: Mapping[str, Any], base: Mapping[str, int]) -> JSON:
+    """A re-created workload counts restarts from 0 again; the pod keeps counting: add the
+    runs before the re-create (``base``) and never let restartCount go down."""
+    current = restart_counts(pod)
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for c in desired.get(key) or []:
+            name = str(c.get("name"))
+            counted = int(c.get("restartCount") or 0) + base.get(name, 0)
+            c["restartCount"] = max(counted, current.get(name, 0))
+    return desired
+
+
 # --------------------------------------------------------------------------- QoS
 
 
@@ -604,17 +643,29 @@ def _all_terminated(
     return out[0], out[1]
 
 
-def lost(pod: Mapping[str, Any], *, now: _dt.datetime, host_ip: str, backend: str) -> JSON:
-    """The workload vanished from the backend while the pod ran: Failed/NotFound, containers
-    terminated with exit code 137."""
+def lost(
+    pod: Mapping[str, Any],
+    *,
+    now: _dt.datetime,
+    host_ip: str,
+    backend: str,
+    reason: str = "NotFound",
+    message: str = "",
+) -> JSON:
+    """The workload vanished from the backend while the pod ran (or the pod is ended for
+    ``reason``, e.g. DeadlineExceeded, with ``message``): Failed, containers terminated with
+    exit code 137 and the same message."""
     if is_terminal(pod):
         return dict(pod.get("status") or {})
-    msg = f"the {backend} backend no longer knows this pod's workload (it was lost or removed outside vkgate)"
+    msg = message or (
+        f"the {backend} backend no longer knows this pod's workload (it was lost or removed "
+        "outside vkgate); restartPolicy Never: it is not run again"
+    )
     init_statuses, statuses = _all_terminated(pod, now=now, message=msg)
     return _render(
         pod,
         phase="Failed",
-        reason="NotFound",
+        reason=reason,
         message=msg,
         init_statuses=init_statuses,
         statuses=statuses,

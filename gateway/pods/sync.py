@@ -11,7 +11,9 @@ pod terminal (Succeeded/Failed)                 nothing: never resubmitted, stat
 ``deletionTimestamp``, workload ended or gone   terminal status, then final delete — at once,
                                                 not at the end of the grace period
 deadline passed, backend never confirmed        Warning ``ForceDeleted``, final delete
-workload vanished (reconcile said ``lost``)     Failed/NotFound, containers exit 137
+workload vanished (reconcile said ``lost``)     Always, OnFailure not done: re-create it, count
+                                                a restart, keep the pod (Warning WorkloadLost);
+                                                Never: Failed/NotFound, containers exit 137
 unsupported feature / volume kind               Failed + Warning (reason names the field)
 no workload yet                                 resolve → ``translator.create`` → Created event
                                                 (config error: Pending/CreateContainerConfigError;
@@ -156,6 +158,8 @@ class PodState:
     delete_requested: dict[str, int] = field(default_factory=dict)
     #: UIDs the reconcile found missing from the backend.
     lost: set[str] = field(default_factory=set)
+    #: pod UID -> container -> runs before its workload was re-created (restartCount base).
+    restart_base: dict[str, dict[str, int]] = field(default_factory=dict)
     #: UIDs whose referenced ConfigMaps/Secrets changed.
     refs_changed: set[str] = field(default_factory=set)
     #: cleanup key "ns/name/uid" -> last known pod object (None for orphans).
@@ -207,6 +211,7 @@ class PodState:
             self.written,
             self.delete_requested,
             self.emitted,
+            self.restart_base,
         ):
             table.pop(uid, None)
         self.lost.discard(uid)
@@ -351,6 +356,9 @@ class PodSync:
         if uid in self.state.lost:
             self.state.lost.discard(uid)
             self.state.stats["lost"] += 1
+            if st.runs_again(pod):
+                await self._recreate_lost(pod)
+                return
             desired = st.lost(pod, now=self._now(), host_ip=self.host_ip(), backend=self.backend)
             await self.event(pod, "Warning", "NotFound", str(desired.get("message", "")))
             await self.write_status(pod, desired)
@@ -360,9 +368,7 @@ class PodSync:
             return
         await self._check_deadline(pod)
         await self._maybe_update(pod, state)
-        desired = st.from_workload(
-            pod, state, now=self._now(), host_ip=self.host_ip(), backend=self.backend
-        )
+        desired = self._desired(pod, state)
         seen = self.state.emitted.get(uid, ())
         for ev in state.events:
             if ev not in seen:
@@ -458,10 +464,33 @@ class PodSync:
             # deleted while we were creating: the cleanup may have run before we knew the uid
             await self._backend_delete(pod_ref(pod), 0, pod)
             return
+        await self.write_status(current, self._desired(current, state))
+
+    def _desired(self, pod: dict[str, Any], state: WorkloadState) -> dict[str, Any]:
         desired = st.from_workload(
-            current, state, now=self._now(), host_ip=self.host_ip(), backend=self.backend
+            pod, state, now=self._now(), host_ip=self.host_ip(), backend=self.backend
         )
-        await self.write_status(current, desired)
+        return st.carry_restarts(
+            desired, pod, self.state.restart_base.get(self.state.uid_of(pod), {})
+        )
+
+    async def _recreate_lost(self, pod: dict[str, Any]) -> None:
+        """The backend lost the workload of a pod that must keep running (restartPolicy Always,
+        or OnFailure not done): run its containers again, as the kubelet restarts a container
+        that died, and count it as a restart of each container."""
+        uid = self.state.uid_of(pod)
+        policy = str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+        self.state.restart_base[uid] = {n: c + 1 for n, c in st.restart_counts(pod).items()}
+        self.state.workloads.pop(uid, None)
+        self.state.forget_submission(uid)
+        self.state.stats["recreated"] += 1
+        msg = (
+            f"the {self.backend} backend no longer knows this pod's workload (it was lost or "
+            f"removed outside vkgate); restartPolicy {policy}: running it again"
+        )
+        log.warning("pod %s: %s", pod_key(pod), msg)
+        await self.event(pod, "Warning", "WorkloadLost", msg)
+        await self._create(pod)
 
     async def _reject_unsupported(self, pod: dict[str, Any], res: Resolution) -> None:
         first = res.unsupported[0]
@@ -591,8 +620,14 @@ class PodSync:
         await self._backend_delete(pod_ref(pod), grace, pod)
         msg = f"Pod was active on the node longer than the specified deadline ({deadline}s)"
         await self.event(pod, "Normal", "DeadlineExceeded", msg)
-        desired = st.lost(pod, now=self._now(), host_ip=self.host_ip(), backend=self.backend)
-        desired["reason"], desired["message"] = "DeadlineExceeded", msg
+        desired = st.lost(
+            pod,
+            now=self._now(),
+            host_ip=self.host_ip(),
+            backend=self.backend,
+            reason="DeadlineExceeded",
+            message=msg,
+        )
         await self.write_status(pod, desired)
         raise Retry(delay=0)  # status is now terminal; the next sync is a no-op
 

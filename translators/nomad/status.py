@@ -18,6 +18,12 @@ no allocation             Pending; containers waiting ``ContainerCreating``; wit
 ``unknown``               Unknown (client disconnected)
 ========================  ====================================================================
 
+Only a terminal *job* may end a pod (docs/design/backend-faults.md): a ``failed`` or ``lost``
+allocation of a job that is not ``dead`` (and not stopped) is one Nomad will replace — a
+reschedule, not the pod's end — so the pod stays Running (Pending if nothing ever started),
+with the allocation's fate as the message.  A controller that saw Failed would start a second
+copy next to the one Nomad is about to run.
+
 Containers, from ``TaskStates`` and their events: ``dead`` → terminated with the exit code,
 signal and OOM flag of the last ``Terminated`` event (exit code 0 with a signal → 128+signal;
 reason ``OOMKilled`` (message: Nomad's, e.g. ``Exit Code: 137, Signal: 9``) / ``Completed`` /
@@ -458,6 +464,11 @@ def pod_ip(alloc: Mapping[str, Any], host_ip: str) -> str:
     return host_ip
 
 
+def _job_lives(view: JobView) -> bool:
+    """The job will run again: not stopped, not ``dead`` (Nomad reschedules its allocations)."""
+    return not view.stop and view.status != "dead"
+
+
 def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) -> WorkloadState:
     """The pod's state as Nomad reports it (see the module docstring for the rules)."""
     alloc = view.newest()
@@ -539,6 +550,17 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         message = "; ".join(f"{c}: {m}" for _, _, m, c in failures)
     elif client_status == "failed" and alloc.get("ClientDescription"):
         message = str(alloc["ClientDescription"])
+    if phase is Phase.FAILED and client_status in ("failed", "lost") and _job_lives(view):
+        ran = any(parse_time((states.get(n) or {}).get("StartedAt")) for n in mains) or earlier
+        phase = Phase.RUNNING if ran else Phase.PENDING
+        what = "lost (its node went away)" if client_status == "lost" else "failed"
+        message = f"Nomad allocation {alloc_id[:8]} {what}; Nomad is placing a replacement" + (
+            f": {message}" if message else ""
+        )
+        reason = ""
+        # the tasks of a lost allocation may still read "running": nothing serves until the
+        # replacement runs
+        main_states = tuple(replace(c, ready=False) for c in main_states)
     host_ip = (node_ips or {}).get(str(alloc.get("NodeID", "")), "")
     return WorkloadState(
         ref=view.ref,

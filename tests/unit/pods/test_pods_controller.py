@@ -341,9 +341,9 @@ async def test_relist_after_410_sees_deletions_made_while_disconnected(h: Harnes
     assert h.workloads() == {}
 
 
-async def test_vanished_running_workload_fails_with_not_found(h: Harness) -> None:
+async def test_vanished_running_workload_of_a_never_pod_fails_with_not_found(h: Harness) -> None:
     await h.start()
-    h.kube.add(pod("v"))
+    h.kube.add(pod("v", restartPolicy="Never"))
     await run_for(h.clock, 6)
     assert h.kube.pod("v")["status"]["phase"] == "Running"  # type: ignore[index]
     assert h.sim is not None
@@ -352,10 +352,34 @@ async def test_vanished_running_workload_fails_with_not_found(h: Harness) -> Non
     p = h.kube.pod("v")
     assert p is not None
     assert p["status"]["phase"] == "Failed" and p["status"]["reason"] == "NotFound"
+    assert "restartPolicy Never" in p["status"]["message"]
     term = p["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 137 and "simulated backend" in term["message"]
     assert h.sim.calls["create"] == 1
     assert h.kube.events("NotFound")[0]["type"] == "Warning"
+
+
+@pytest.mark.parametrize("policy", ["Always", "OnFailure"])
+async def test_vanished_workload_of_a_pod_that_must_run_is_created_again(
+    h: Harness, policy: str
+) -> None:
+    """Backend state loss: the kubelet's answer is to run the containers again — re-create the
+    workload, count a restart, keep the pod (never Failed while it should run)."""
+    await h.start()
+    h.kube.add(pod("v", restartPolicy=policy))
+    await run_for(h.clock, 6)
+    assert h.kube.pod("v")["status"]["phase"] == "Running"  # type: ignore[index]
+    assert h.sim is not None
+    h.sim._records.clear()  # lost by the backend
+    await run_for(h.clock, 12)
+    p = h.kube.pod("v")
+    assert p is not None
+    assert p["status"]["phase"] == "Running", p["status"]
+    assert p["status"]["containerStatuses"][0]["restartCount"] == 1
+    assert h.sim.calls["create"] == 2
+    (event,) = h.kube.events("WorkloadLost")
+    assert event["type"] == "Warning" and f"restartPolicy {policy}" in event["message"]
+    assert not h.kube.events("NotFound")
 
 
 async def test_workload_missing_soon_after_create_while_pending_is_created_again(
@@ -611,6 +635,10 @@ async def test_active_deadline(h: Harness) -> None:
     p = h.kube.pod("dl")
     assert p is not None and p["status"]["phase"] == "Failed"
     assert p["status"]["reason"] == "DeadlineExceeded"
+    deadline = "Pod was active on the node longer than the specified deadline (20s)"
+    assert p["status"]["message"] == deadline
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["message"] == deadline and "lost" not in term["message"]
     assert h.workloads() == {} or all(r["deleted_at"] for r in h.workloads().values())
 
 
@@ -628,7 +656,8 @@ async def test_deleting_a_terminal_pod_purges_and_deletes_at_once(h: Harness) ->
 async def test_workload_vanished_while_gateway_down_is_lost_not_resubmitted(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     await h.start()
-    h.kube.add(pod("r"))
+    h.kube.add(pod("r", restartPolicy="Never"))
+    h.kube.add(pod("a"))  # restartPolicy Always
     await run_for(h.clock, 6)
     assert h.kube.pod("r")["status"]["phase"] == "Running"  # type: ignore[index]
     h.kube.add(pod("y"))  # submitted, never seen running
@@ -642,7 +671,11 @@ async def test_workload_vanished_while_gateway_down_is_lost_not_resubmitted(tmp_
     assert (
         r is not None and r["status"]["phase"] == "Failed" and r["status"]["reason"] == "NotFound"
     )
-    assert h.sim is not None and h.sim.calls["create"] == 1  # only "y" (never ran) comes back
+    # "y" (never ran) comes back; "a" (Always) runs again with a restart counted
+    assert h.sim is not None and h.sim.calls["create"] == 2
     await run_for(h.clock, 6)
     assert h.kube.pod("y")["status"]["phase"] == "Running"  # type: ignore[index]
+    a = h.kube.pod("a")
+    assert a is not None and a["status"]["phase"] == "Running"
+    assert a["status"]["containerStatuses"][0]["restartCount"] == 1
     await h.stop()
