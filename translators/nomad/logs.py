@@ -18,9 +18,13 @@ tail_lines=N       ``origin=end`` with a byte guess that widens until N lines ar
                    (unless Nomad deletes its oldest rotated file in that instant; without
                    ``read-fs`` the follow starts at the end: no repeats, a gap is possible)
 limit_bytes        stop after N bytes
-timestamps         RFC3339Nano *receive* time before each line (Nomad stores none)
-since              not supported by Nomad: ignored, everything is returned
-previous           chosen by the translator: the ``PreviousAllocation``'s logs
+window             the byte range of one run (``translators.nomad.runs``): the current run,
+                   or the one before for ``previous`` — chosen by the translator
+timestamps         Nomad stores no per-line times (docs/kubelet.md, "Logs"): lines read from
+                   the backlog carry ``backlog_time`` (a lower bound: the run's start, whole
+                   seconds, no fraction); lines that arrive while following carry their
+                   RFC3339Nano receive time
+since              decided by the translator (all lines of the run, or a 400)
 =================  ==========================================================================
 
 Without ``follow``, stdout is returned before stderr.  With ``follow`` both are interleaved
@@ -49,6 +53,7 @@ from translators.base import (
 )
 from translators.nomad.client import NomadClient
 from translators.nomad.errors import error_for_transport
+from translators.nomad.runs import Window
 
 Now = Callable[[], _dt.datetime]
 #: Bytes guessed per line when looking for the last N lines.
@@ -91,18 +96,25 @@ def rfc3339nano(t: _dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond:06d}000Z"
 
 
+def rfc3339_seconds(t: _dt.datetime) -> str:
+    """Whole seconds, no fraction: a time that does not pretend to be precise."""
+    return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class _Stamper:
-    """Prefixes every line of one stream with the time its first byte arrived."""
+    """Prefixes every line of one stream with the time its first byte arrived (or ``fixed``)."""
 
     def __init__(self, now: Now) -> None:
         self._now = now
         self._at_line_start = True
+        self.fixed: str | None = None
 
     def __call__(self, data: bytes) -> bytes:
         out = bytearray()
         for piece in data.splitlines(keepends=True):
             if self._at_line_start:
-                out += rfc3339nano(self._now()).encode() + b" "
+                stamp = self.fixed or rfc3339nano(self._now())
+                out += stamp.encode() + b" "
             out += piece
             self._at_line_start = piece.endswith(b"\n")
         return bytes(out)
@@ -188,7 +200,7 @@ class LogReader:
                 return last_lines(data, n)
             guess *= 4
 
-    async def _log_size(self, target: LogTarget, kind: str) -> int:
+    async def log_size(self, target: LogTarget, kind: str) -> int:
         """Bytes Nomad holds for one stream of the task now, over all its rotated files
         (``<task>.<kind>.<n>`` in ``alloc/logs``)."""
         entries = await self.client.get(
@@ -213,7 +225,7 @@ class LogReader:
         cannot list the log files: then the follow starts at the end of the file (lines
         written between the two requests are missed, none repeat)."""
         try:
-            size = await self._log_size(target, kind)
+            size = await self.log_size(target, kind)
         except BackendAuthError:
             return await self._tail(target, kind, n), ("end", 0)
         guess = max(1024, (n + 1) * LINE_GUESS)
@@ -224,43 +236,78 @@ class LogReader:
                 return last_lines(data, n), ("start", start + len(data))
             guess *= 4
 
+    async def _read_range(self, target: LogTarget, kind: str, start: int, end: int | None) -> bytes:
+        data = await self._read_all(target, kind, origin="start", offset=start)
+        return data if end is None else data[: max(0, end - start)]
+
+    @staticmethod
+    def _combine(
+        kinds: list[str], tails: dict[str, bytes], tail_lines: int | None
+    ) -> list[tuple[str, bytes]]:
+        """The streams' data in order; with ``tail_lines`` the last N lines over both, each
+        attributed back to its stream (newest stream last: Nomad keeps no cross-stream order)."""
+        if tail_lines is None:
+            return [(k, tails[k]) for k in kinds if tails[k]]
+        combined = last_lines(b"".join(tails[k] for k in kinds), tail_lines)
+        keep = len(combined.splitlines())
+        out: dict[str, bytes] = {}
+        for k in reversed(kinds):
+            lines = tails[k].splitlines(keepends=True)
+            take = lines[-keep:] if keep else []
+            keep -= len(take)
+            out[k] = b"".join(take)
+        return [(k, out[k]) for k in kinds if out[k]]
+
     async def read(
         self,
         target: LogTarget,
         options: LogOptions,
         *,
         task_dead: Callable[[], Awaitable[bool]] | None = None,
+        window: Window | None = None,
+        backlog_time: _dt.datetime | None = None,
     ) -> AsyncIterator[bytes]:
         kinds = {"Stdout": ["stdout"], "Stderr": ["stderr"]}.get(
             options.stream, ["stdout", "stderr"]
         )
         remaining = options.limit_bytes
         stampers = {k: _Stamper(self.now) for k in kinds}
+        if backlog_time is not None:
+            for stamper in stampers.values():
+                stamper.fixed = rfc3339_seconds(backlog_time)
 
         def shape(kind: str, data: bytes) -> bytes:
             return stampers[kind](data) if options.timestamps else data
 
         starts: dict[str, tuple[str, int]] = {k: ("start", 0) for k in kinds}
         initial: list[tuple[str, bytes]] = []
-        if options.tail_lines is not None:
+        if window is not None:
+            # one run's bytes; a follow continues right after them (only an open run grows)
+            got = {
+                k: await self._read_range(target, k, window.start[k], window.end[k]) for k in kinds
+            }
+            starts = {k: ("start", window.start[k] + len(got[k])) for k in kinds}
+            tails = got
+            if options.tail_lines is not None:
+                tails = {k: last_lines(got[k], options.tail_lines) for k in kinds}
+            initial = self._combine(kinds, tails, options.tail_lines)
+            follow = options.follow and all(window.end[k] is None for k in kinds)
+        elif options.tail_lines is not None:
+            follow = options.follow
             if options.follow:
                 found = {k: await self._tail_at(target, k, options.tail_lines) for k in kinds}
                 tails = {k: found[k][0] for k in kinds}
                 starts = {k: found[k][1] for k in kinds}
             else:
                 tails = {k: await self._tail(target, k, options.tail_lines) for k in kinds}
-            combined = last_lines(b"".join(tails[k] for k in kinds), options.tail_lines)
-            # attribute the kept lines back to their stream, newest stream last
-            keep = len(combined.splitlines())
-            for k in reversed(kinds):
-                lines = tails[k].splitlines(keepends=True)
-                take = lines[-keep:] if keep else []
-                keep -= len(take)
-                tails[k] = b"".join(take)
-            initial = [(k, tails[k]) for k in kinds if tails[k]]
-        elif not options.follow:
+            initial = self._combine(kinds, tails, options.tail_lines)
+        else:
+            # the backlog first (stamped as backlog), then a follow from the byte after it
+            follow = options.follow
             for k in kinds:
-                initial.append((k, await self._read_all(target, k, origin="start", offset=0)))
+                data = await self._read_all(target, k, origin="start", offset=0)
+                initial.append((k, data))
+                starts[k] = ("start", len(data))
 
         for kind, data in initial:
             chunk = shape(kind, data)
@@ -271,8 +318,10 @@ class LogReader:
                 yield chunk
             if remaining is not None and remaining <= 0:
                 return
-        if not options.follow:
+        if not follow:
             return
+        for stamper in stampers.values():
+            stamper.fixed = None  # from here on: lines as they arrive
 
         queue: asyncio.Queue[tuple[str, bytes] | BaseException | None] = asyncio.Queue()
 

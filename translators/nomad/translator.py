@@ -31,6 +31,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import httpx
@@ -70,7 +71,8 @@ from translators.nomad.literal import POD_IP_SENTINEL
 from translators.nomad.logs import LogReader, LogTarget
 from translators.nomad.metrics import Clock, NomadMetrics, SystemClock
 from translators.nomad.notifier import ChangeFeed
-from translators.nomad.status import JobView, placement_from, workload_state
+from translators.nomad.runs import Runs, last_terminated
+from translators.nomad.status import JobView, parse_time, placement_from, workload_state
 from translators.nomad.views import JobBook, Key, merge_alloc, view_key
 
 log = logging.getLogger(__name__)
@@ -154,6 +156,8 @@ class NomadTranslator:
             concurrency=self.config.stats_concurrency,
         )
         self.book = JobBook(self.node_name)
+        self._runs = Runs()
+        self._sizing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._node_ips: dict[str, str] = {}
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
@@ -167,9 +171,10 @@ class NomadTranslator:
 
     async def close(self) -> None:
         self._closed.set()
-        for task in self._purges.values():
+        background = [*self._purges.values(), *self._sizing.values()]
+        for task in background:
             task.cancel()
-        for task in list(self._purges.values()):
+        for task in background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._purges.clear()
@@ -280,6 +285,7 @@ class NomadTranslator:
         """The backstop list of one scope plus node IPs and placement reasons: fresh views."""
         views, index = await self._refresh(region, ns_param)
         await self._fill_node_ips(views)
+        await self._record_run_ends(views)
         for v in views:
             if not v.allocs and not v.stop and not v.placement:
                 with contextlib.suppress(BackendError):
@@ -292,6 +298,7 @@ class NomadTranslator:
             found, _ = await self._refresh(region, ns_param)
             views.extend(found)
         await self._fill_node_ips(views)
+        await self._record_run_ends(views)
         for view in views:
             if not view.allocs and not view.stop and not view.placement:
                 with contextlib.suppress(BackendError):
@@ -458,6 +465,7 @@ class NomadTranslator:
                 region=view.region,
             )
         self.book.views.pop(view_key(view), None)
+        self._runs.forget(list(view.allocs))
 
     async def _purge_when_stopped(self, view: JobView, *, grace: float) -> None:
         """Wait (blocking queries) until every allocation ended, then purge the job.
@@ -515,6 +523,7 @@ class NomadTranslator:
     async def _apply_events(self, events: Sequence[JSON], region: str) -> Sequence[JobView]:
         touched = await self.book.apply_events(events, region=region, view_for=self._view_for)
         await self._fill_node_ips(touched)
+        await self._record_run_ends(touched)
         return touched
 
     async def _view_for(self, jid: str, ns: str, region: str) -> JobView | None:
@@ -550,10 +559,44 @@ class NomadTranslator:
             )
         return view, alloc
 
+    async def _record_run_ends(self, views: Sequence[JobView]) -> None:
+        """Note where each run that just ended stops in its log files (``runs.py``), in the
+        background: a status change is never held up by the extra call."""
+        for view in views:
+            for alloc in view.allocs.values():
+                for task in self._runs.needs(alloc):
+                    key = (str(alloc["ID"]), task)
+                    if key in self._sizing:
+                        continue
+                    ts = (alloc.get("TaskStates") or {})[task]
+                    target = LogTarget(key[0], task, view.namespace, view.region)
+                    job = asyncio.create_task(self._record_sizes(target, last_terminated(ts)))
+                    self._sizing[key] = job
+                    job.add_done_callback(partial(self._sized, key))
+
+    def _sized(self, key: tuple[str, str], _task: asyncio.Task[None]) -> None:
+        self._sizing.pop(key, None)
+
+    async def _record_sizes(self, target: LogTarget, terminated: int | None) -> None:
+        reader = LogReader(self.client)
+        try:
+            sizes = (
+                await reader.log_size(target, "stdout"),
+                await reader.log_size(target, "stderr"),
+            )
+        except BackendError as exc:
+            log.debug("nomad: no log sizes for %s/%s: %s", target.alloc_id, target.task, exc)
+            return
+        if terminated is not None:
+            self._runs.record(target.alloc_id, target.task, terminated, sizes)
+
     async def logs(self, ref: PodRef, container: str, options: LogOptions) -> AsyncIterator[bytes]:
         view, alloc = await self._current_alloc(ref, container)
         alloc_id = str(alloc["ID"])
-        if options.previous:
+        ts = (alloc.get("TaskStates") or {}).get(container) or {}
+        window = self._runs.window(alloc_id, container, ts, previous=options.previous)
+        lower = None if window is None else window.started_at
+        if window is None:  # no earlier run in this allocation: the one it replaced
             full = await self.client.get(
                 f"/allocation/{alloc_id}", namespace=view.namespace, region=view.region
             )
@@ -564,6 +607,20 @@ class NomadTranslator:
                     reason="NoPreviousContainer",
                 )
             alloc_id = str(previous)
+            before = await self.client.get(
+                f"/allocation/{alloc_id}", namespace=view.namespace, region=view.region
+            )
+            lower = parse_time((before or {}).get("CreateTime"))
+        else:
+            lower = lower or parse_time(alloc.get("CreateTime"))
+        if options.since is not None and (lower is None or options.since > lower):
+            raise BackendRejected(
+                "the nomad backend cannot honour sinceSeconds/sinceTime (--since/--since-time)"
+                f" here: Nomad stores no per-line times, and the lines of this container run"
+                f" are only known to be newer than {lower.isoformat() if lower else 'its start'};"
+                " omit the flag or pick a time at or before that",
+                reason="SinceNotSupported",
+            )
         target = LogTarget(alloc_id, container, view.namespace, view.region)
         index = 0
 
@@ -587,7 +644,13 @@ class NomadTranslator:
             return ts.get("State") == "dead" or (reply.data or {}).get("ClientStatus") in TERMINAL
 
         reader = LogReader(self.client)
-        async for chunk in reader.read(target, options, task_dead=task_dead):
+        async for chunk in reader.read(
+            target,
+            options,
+            task_dead=task_dead,
+            window=window if window and not window.whole and alloc_id == alloc["ID"] else None,
+            backlog_time=lower,
+        ):
             yield chunk
 
     async def exec(
