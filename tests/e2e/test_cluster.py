@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import ControlPlane
@@ -27,17 +28,6 @@ pytestmark = pytest.mark.e2e
 
 PROVIDER_TAINT = "virtual-kubelet.io/provider"
 TOLERATE_PROVIDER = {"key": PROVIDER_TAINT, "operator": "Exists"}
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def nomad_gateway(start: Callable[..., GatewayProcess], address: str) -> GatewayProcess:
@@ -49,6 +39,21 @@ def nomad_gateway(start: Callable[..., GatewayProcess], address: str) -> Gateway
             }
         }
     )
+
+
+def script_pod(name: str, ns: str, node_name: str, script: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeName": node_name,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {"name": "app", "image": "busybox", "command": ["/bin/sh", "-c", script]}
+            ],
+        },
+    }
 
 
 def owned_jobs(address: str, node: str) -> list[dict[str, Any]]:
@@ -224,18 +229,7 @@ def test_default_service_account_token_volume_is_readable_on_nomad(
         "echo token=$(cat $d/token); echo ns=$(cat $d/namespace); "
         "grep -c 'BEGIN CERTIFICATE' $d/ca.crt; exec sleep 600"
     )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "reader", "namespace": ns},
-        "spec": {
-            "nodeName": gw.node_name,
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {"name": "app", "image": "busybox", "command": ["/bin/sh", "-c", script]}
-            ],
-        },
-    }
+    pod = script_pod("reader", ns, gw.node_name, script)
     cluster_kubectl("apply", "-f", "-", input=json.dumps(pod))
     got = cluster.get(f"/api/v1/namespaces/{ns}/pods/reader") or {}
     vols = [v["name"] for v in got["spec"]["volumes"]]
@@ -392,18 +386,7 @@ def test_kubectl_top_shows_numbers_for_idle_and_busy_nomad_pods(
         "busy": "end=$(( $(date +%s) + 300 )); while [ $(date +%s) -lt $end ]; do :; done",
     }
     for pod_name, script in scripts.items():
-        obj = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns},
-            "spec": {
-                "nodeName": gw.node_name,
-                "terminationGracePeriodSeconds": 2,
-                "containers": [
-                    {"name": "app", "image": "busybox", "command": ["/bin/sh", "-c", script]}
-                ],
-            },
-        }
+        obj = script_pod(pod_name, ns, gw.node_name, script)
         cluster_kubectl("apply", "-f", "-", input=json.dumps(obj))
 
     def top_pods() -> dict[str, tuple[int, int]]:
