@@ -393,6 +393,11 @@ class NodeController:
         )
         if not (force or due or changed):
             return False
+        log.debug(
+            "writing node %s status (%s)",
+            self.name,
+            "changed" if changed else "forced" if force else "status_interval passed",
+        )
         now = rfc3339(self.clock.now())
         timed = cond.with_times(wanted, current.get("conditions") or [], now)
         patch = spec.status_patch(desired, timed, stale)

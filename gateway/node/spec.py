@@ -23,7 +23,7 @@ from importlib import metadata
 from typing import Any
 
 from translators.base import Capacity, NodeInfo
-from translators.quantity import format_bytes, format_cpu
+from translators.quantity import QuantityError, format_bytes, format_cpu, parse_quantity
 
 #: Kubernetes minor we speak; kubeletVersion is ``v<this>-vkgate.<vkgate version>`` (semver).
 KUBE_VERSION = "1.36.0"
@@ -133,7 +133,7 @@ def status_differs(
     for key in ("capacity", "allocatable"):
         have = current.get(key) or {}
         want = desired.get(key) or {}
-        if any(have.get(k) != v for k, v in want.items()):
+        if any(not same_quantity(have.get(k), v) for k, v in want.items()):
             return True
         if any(k in have for k in stale):
             return True
@@ -144,6 +144,20 @@ def status_differs(
         return True
     have_info = current.get("nodeInfo") or {}
     return any(have_info.get(k) != v for k, v in desired["nodeInfo"].items())
+
+
+def same_quantity(have: Any, want: str) -> bool:
+    """The API server stores quantities in canonical form (``2048Mi`` comes back ``2Gi``,
+    ``4000m`` as ``4``), so a configured value is compared by amount, not by spelling — else
+    every check would see a difference and rewrite the status."""
+    if have == want:
+        return True
+    if not isinstance(have, str):
+        return False
+    try:
+        return parse_quantity(have) == parse_quantity(want)
+    except QuantityError:
+        return False
 
 
 def status_patch(

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from gateway.clock import FakeClock
+from translators.quantity import cpu_millis, format_bytes, format_cpu, parse_quantity
 
 MERGE_KEYS = {"conditions": "type", "addresses": "type"}
 
@@ -45,6 +46,20 @@ def strategic_merge(base: Any, patch: Any, key: str = "") -> Any:
                 out_list.append(copy.deepcopy(item))
         return out_list
     return copy.deepcopy(patch)
+
+
+def canonical_quantities(status: dict[str, Any]) -> dict[str, Any]:
+    """What the API server does to capacity/allocatable: quantities come back in canonical
+    form (``2048Mi`` → ``2Gi``, ``4000m`` → ``4``)."""
+    for key in ("capacity", "allocatable"):
+        res = status.get(key)
+        if isinstance(res, dict):
+            for name, q in list(res.items()):
+                if name == "cpu":
+                    res[name] = format_cpu(cpu_millis(q))
+                elif name in ("memory", "ephemeral-storage"):
+                    res[name] = format_bytes(int(parse_quantity(q)))
+    return status
 
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -161,8 +176,8 @@ class FakeApi:
         elif method == "PATCH":
             if status_sub:
                 new = copy.deepcopy(current)
-                new["status"] = strategic_merge(
-                    current.get("status") or {}, body.get("status") or {}
+                new["status"] = canonical_quantities(
+                    strategic_merge(current.get("status") or {}, body.get("status") or {})
                 )
             else:
                 patch = {k: v for k, v in body.items() if k != "status"}

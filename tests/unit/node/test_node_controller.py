@@ -242,6 +242,28 @@ async def test_status_written_only_on_change_or_interval(
     assert len(api.writes("PATCH", "/status")) == writes0 + 2  # forced by status_interval
 
 
+@pytest.mark.parametrize(
+    "capacity",
+    [{}, {"cpu": "4000m", "memory": "2048Mi"}],
+    ids=["backend capacity", "non-canonical overrides"],
+)
+async def test_status_written_once_per_interval_over_five_minutes(
+    controller, api: FakeApi, clock: FakeClock, capacity: dict[str, str]
+):
+    """Nothing changes for five minutes: one write per ``status_interval``, not per check
+    (every 10 s); the server's canonical quantities (``2Gi`` for ``2048Mi``) are no change."""
+    nc = controller(status_interval=60.0, ping_interval=10.0, capacity=capacity)
+    await nc.start()
+    writes0 = len(api.writes("PATCH", "/status"))
+    gets0 = len([r for r in api.requests if r[0] == "GET" and r[1] == "/api/v1/nodes/vk-test"])
+    await advance(clock, 301, step=1.0)
+    gets = len([r for r in api.requests if r[0] == "GET" and r[1] == "/api/v1/nodes/vk-test"])
+    assert gets - gets0 >= 29  # the status was checked every 10 s …
+    assert len(api.writes("PATCH", "/status")) - writes0 == 5  # … and written every 60 s
+    if capacity:
+        assert api.node()["status"]["capacity"]["memory"] == "2Gi"
+
+
 async def test_backend_unreachable_turns_ready_false_then_back(
     controller, api: FakeApi, backend: FakeTranslator, clock: FakeClock
 ):
