@@ -40,7 +40,9 @@ import asyncio
 import contextlib
 import datetime as _dt
 import hashlib
+import heapq
 import json
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -157,6 +159,10 @@ class SimulatedTranslator:
         )
         self._records: dict[str, _Record] = {}
         self._logs: dict[str, list[bytes]] = {}
+        #: UIDs whose deletion is pending (``_gc`` looks only at these, not at every record).
+        self._deleting: set[str] = set()
+        #: One set per running ``changes()`` stream: UIDs mutated since its last round.
+        self._dirty: list[set[str]] = []
         self._closed = asyncio.Event()
         self.calls: dict[str, int] = {"create": 0, "delete": 0, "list": 0}
         self._load()
@@ -167,6 +173,12 @@ class SimulatedTranslator:
         if self.state_file and self.state_file.exists():
             raw = json.loads(self.state_file.read_text() or "{}")
             self._records = {uid: _Record.from_json(r) for uid, r in raw.items()}
+            self._deleting = {u for u, r in self._records.items() if r.deleted_at is not None}
+
+    def _touch(self, uid: str) -> None:
+        """A record changed other than by the passing of time: every stream looks at it again."""
+        for dirty in self._dirty:
+            dirty.add(uid)
 
     def _save(self) -> None:
         if not self.state_file:
@@ -213,6 +225,7 @@ class SimulatedTranslator:
             # Idempotent by UID, but counted: restart tests assert the gateway never re-submits.
             existing.extra["duplicate_creates"] = existing.extra.get("duplicate_creates", 0) + 1
             self._save()
+            self._touch(pod.uid)
             return self._state(existing, self.clock())
         ann: Mapping[str, str] = pod.pod.get("metadata", {}).get("annotations", {}) or {}
         if ann.get(ANN + "sim-fail-create"):
@@ -258,6 +271,8 @@ class SimulatedTranslator:
             for c in pod.registry_credentials
         ]
         self._records[pod.uid] = rec
+        self._deleting.discard(pod.uid)
+        self._touch(pod.uid)
         self._logs[pod.uid] = [
             f"{c.name}: ".encode()
             + " ".join(
@@ -283,6 +298,8 @@ class SimulatedTranslator:
         if rec.deleted_at is None:
             rec.deleted_at = self.clock()
             rec.grace = float(grace_seconds)
+            self._deleting.add(ref.uid)
+            self._touch(ref.uid)
             self._save()
         self._gc(self.clock())
 
@@ -296,18 +313,46 @@ class SimulatedTranslator:
     # -- Notifier ------------------------------------------------------------------------
 
     async def changes(self) -> AsyncIterator[WorkloadState]:
+        """Every ``notify_interval``, the states that differ from the last one yielded.
+
+        Incremental, so an idle node costs nothing per pod: a state is a pure function of the
+        clock between the record's boundaries (``_next_change``), so a round rebuilds only the
+        records whose next boundary has passed (a heap of due times) or that were created or
+        deleted since (``_touch``).  A workload that disappears yields nothing, as before.
+        """
         last: dict[str, WorkloadState] = {}
-        while not self._closed.is_set():
-            try:
-                states = await self.list()
-            except BackendUnavailable:
-                states = []
-            for st in states:
-                if last.get(st.ref.uid) != st:
-                    last[st.ref.uid] = st
-                    yield st
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), self.notify_interval)
+        due: list[tuple[float, str]] = []
+        dirty: set[str] = set(self._records)
+        self._dirty.append(dirty)
+        try:
+            while not self._closed.is_set():
+                try:
+                    self._check_reachable()
+                except BackendUnavailable:
+                    pass
+                else:
+                    now = self.clock()
+                    self._gc(now)
+                    while due and due[0][0] <= now:
+                        dirty.add(heapq.heappop(due)[1])
+                    batch = list(dirty)
+                    dirty.clear()
+                    for uid in batch:
+                        rec = self._records.get(uid)
+                        if rec is None:
+                            last.pop(uid, None)
+                            continue
+                        st = self._state(rec, now)
+                        nxt = self._next_change(rec, now)
+                        if nxt != math.inf:
+                            heapq.heappush(due, (nxt, uid))
+                        if last.get(uid) != st:
+                            last[uid] = st
+                            yield st
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(), self.notify_interval)
+        finally:
+            self._dirty.remove(dirty)
 
     # -- LogReader -----------------------------------------------------------------------
 
@@ -325,16 +370,43 @@ class SimulatedTranslator:
     def _gc(self, now: float) -> None:
         gone = [
             uid
-            for uid, r in self._records.items()
-            if r.deleted_at is not None
-            and not r.never_stop
-            and now >= r.deleted_at + min(r.stop_seconds, r.grace)
+            for uid in self._deleting
+            if (r := self._records.get(uid)) is None
+            or (
+                r.deleted_at is not None
+                and not r.never_stop
+                and now >= r.deleted_at + min(r.stop_seconds, r.grace)
+            )
         ]
         for uid in gone:
-            del self._records[uid]
-            self._logs.pop(uid, None)
+            self._deleting.discard(uid)
+            if self._records.pop(uid, None) is not None:
+                self._logs.pop(uid, None)
+                self._touch(uid)
         if gone:
             self._save()
+
+    def _next_change(self, rec: _Record, now: float) -> float:
+        """The first time after ``now`` at which ``_state(rec, ·)`` may differ (inf: never).
+
+        Between these boundaries every field ``_state`` computes is constant: creation, start
+        (``start_delay``), the end of the stop time after a delete, and for containers that
+        exit the end of each run (``sim-run-seconds``)."""
+        start = rec.created + self.start_delay
+        points = [rec.created, start]
+        if rec.deleted_at is not None and not rec.never_stop:
+            points.append(rec.deleted_at + min(rec.stop_seconds, rec.grace))
+        if rec.exit_code is not None:
+            period = max(rec.run_seconds, 0.001)
+            points.append(start + period)
+            restarts = rec.restart_policy == "Always" or (
+                rec.restart_policy == "OnFailure" and rec.exit_code != 0
+            )
+            if restarts and now >= start:
+                # The same arithmetic as _container; a float tie looks again next round.
+                after = start + (int((now - start) // period) + 1) * period
+                points.append(after if after > now else math.nextafter(now, math.inf))
+        return min((p for p in points if p > now), default=math.inf)
 
     def _container(self, rec: _Record, name: str, now: float, start: float) -> ContainerState:
         cid = f"simulated://{rec.ref.uid[:8]}/{name}"

@@ -14,7 +14,8 @@ from httpcore import _synchronization
 
 def test_sniffio_is_a_declared_runtime_dependency() -> None:
     names = {
-        re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in metadata.requires("vkgate") or []
+        re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower()
+        for r in metadata.requires("vkgate") or []
     }
     assert "sniffio" in names
 

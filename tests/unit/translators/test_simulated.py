@@ -178,3 +178,93 @@ async def test_notifier_yields_changes(tmp_path: Path) -> None:
     assert second.phase == Phase.RUNNING
     await sim.close()
     await stream.aclose()
+
+
+class Stream:
+    """Drains ``sim.changes()`` in a task; ``rounds()`` lets a few notify rounds run."""
+
+    def __init__(self, sim: SimulatedTranslator) -> None:
+        self.sim = sim
+        self.seen: list[Any] = []
+        self.task = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        async for st in self.sim.changes():
+            self.seen.append(st)
+
+    async def rounds(self) -> list[Any]:
+        """States yielded over several rounds (notify_interval is 5 ms)."""
+        start = len(self.seen)
+        await asyncio.sleep(0.1)
+        return self.seen[start:]
+
+    async def close(self) -> None:
+        await self.sim.close()
+        await asyncio.wait_for(self.task, 1)
+
+
+async def test_changes_does_no_per_pod_work_for_unchanged_pods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Idle cost: a round over N steady pods builds no state; one change yields one state."""
+    clock = Clock()
+    sim = SimulatedTranslator(
+        None, clock=clock, node_name="vk", start_delay=1, notify_interval=0.005
+    )
+    n = 300
+    for i in range(n):
+        await sim.create(resolved(f"u-{i}"))
+    await sim.create(resolved("restarts", sim_exit_code="1", sim_run_seconds="30"))
+    stream = Stream(sim)
+    assert {st.phase for st in await stream.rounds()} == {Phase.PENDING}
+    clock.t += 2
+    running = await stream.rounds()
+    assert len(running) == n + 1 and {st.phase for st in running} == {Phase.RUNNING}
+
+    builds: list[str] = []
+    build = sim._state
+
+    def counting(rec: Any, now: float) -> Any:
+        builds.append(rec.ref.uid)
+        return build(rec, now)
+
+    monkeypatch.setattr(sim, "_state", counting)
+    clock.t += 10
+    assert await stream.rounds() == []
+    assert builds == []  # several rounds, 301 pods, not one state built
+
+    clock.t += 20  # the restarting pod's run ends: only it is looked at, and yielded
+    [restarted] = await stream.rounds()
+    assert restarted.ref.uid == "restarts" and restarted.containers[0].restart_count == 1
+    assert builds == ["restarts"]
+
+    await sim.create(resolved("new"))
+    builds.clear()  # create() returned the new state itself
+    [new] = await stream.rounds()
+    assert new.ref.uid == "new" and new.phase == Phase.PENDING
+    assert builds == ["new"]
+    await stream.close()
+
+
+async def test_changes_ends_where_a_full_list_is(tmp_path: Path) -> None:
+    """Incremental tracking loses nothing: after every step, the last state yielded per pod
+    is what ``list()`` says, through starts, exits, restarts and deletes."""
+    clock = Clock()
+    sim = make(tmp_path, clock, notify_interval=0.005)
+    await sim.create(resolved("forever"))
+    await sim.create(resolved("once", policy="Never", sim_exit_code="0", sim_run_seconds="2"))
+    await sim.create(resolved("again", sim_exit_code="3", sim_run_seconds="1.5"))
+    await sim.create(resolved("slow-stop", sim_stop_seconds="3"))
+    stream = Stream(sim)
+    for step in range(12):
+        if step == 4:
+            await sim.delete(PodRef("ns", "pod-slow-stop", "slow-stop"), grace_seconds=30)
+        clock.t += 0.7
+        await stream.rounds()
+        latest = {st.ref.uid: st for st in stream.seen}
+        listed = await sim.list()
+        assert listed, "nothing to compare"
+        for st in listed:
+            assert latest[st.ref.uid] == st, (step, st.ref.uid)
+    assert {st.ref.uid for st in await sim.list()} == {"forever", "once", "again"}
+    await stream.close()
