@@ -747,7 +747,12 @@ def transition_events(
             if now_state == "terminated" and old_state != "terminated":
                 term = (s.get("state") or {}).get("terminated") or {}
                 code = int(term.get("exitCode", 0))
-                if code != 0 and term.get("reason") != "ContainerStatusUnknown":
+                if term.get("reason") in _START_FAILURES:
+                    # never ran: no exit to report, the backend's reason (as the kubelet's
+                    # "Error: failed to start container …")
+                    msg = term.get("message") or term["reason"]
+                    events.append(("Warning", "Failed", f"Error: {msg}", fp))
+                elif code != 0 and term.get("reason") != "ContainerStatusUnknown":
                     detail = f": {term['message']}" if term.get("message") else ""
                     events.append(
                         (
@@ -768,7 +773,18 @@ def transition_events(
 
 
 _WAITING_FAILURES = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "CreateContainerError", "CrashLoopBackOff"}
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "CreateContainerError",
+        "CreateContainerConfigError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    }
+)
+#: Terminated reasons of a container that never ran (the backend could not start it).
+_START_FAILURES = frozenset(
+    {"StartError", "CreateContainerError", "CreateContainerConfigError", "ErrImagePull"}
 )
 
 

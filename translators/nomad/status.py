@@ -36,8 +36,8 @@ A task Nomad could not start is never given a process exit code (docs/design/nom
 ``CreateContainerConfigError`` for ``Failed Validation``, ``ErrImagePull``/
 ``ImagePullBackOff``, ``RunContainerError``/``StartError``, ``CreateContainerError``), the
 message is ``<event type>: <Nomad's text>``, waiting while Nomad retries, terminated with 128
-(containerd's code for ``StartError``) once it gave up.  The pod's message and a Warning Event
-per container carry the same words.  Every terminated state has real times: a run's
+(containerd's code for ``StartError``) once it gave up.  The pod's message carries the same
+words (and so the Warning Events ``gateway.pods.status`` records from the container states).  Every terminated state has real times: a run's
 ``startedAt`` is its ``Started`` event, ``finishedAt`` its ``Terminated`` event.  ``restartCount`` = ``Restarts`` + one per earlier allocation of the
 job; ``lastState`` = the ``Terminated`` event before the current run.
 
@@ -418,6 +418,8 @@ def container_state(
         None,
     )
     reason, message = ("PodInitializing" if initializing else "ContainerCreating"), ""
+    # the kubelet's order: ErrImagePull after the first failed pull, ImagePullBackOff after more
+    repeated = sum(1 for e in events if e.get("Type") == "Driver Failure") > 1
     if latest is not None and latest.get("Type") == "Restarting":
         reason, message = "CrashLoopBackOff", _message(latest)
         cause = next(
@@ -430,12 +432,11 @@ def container_state(
         )
         if cause is not None and cause.get("Type") in _SETUP_FAILURES:
             # Nomad retries a task that could not start: still that failure, backing off
-            reason = failure_reason(cause, waiting=True, repeated=True)
+            reason = failure_reason(cause, waiting=True, repeated=repeated)
             message = nomad_words(cause)
     elif latest is not None and latest.get("Type") in _SETUP_FAILURES:
         message = nomad_words(latest)
-        pulls = sum(1 for e in events if e.get("Type") == "Driver Failure")
-        reason = failure_reason(latest, waiting=True, repeated=pulls > 1 or restarts > 0)
+        reason = failure_reason(latest, waiting=True, repeated=repeated)
     return ContainerState(
         name=name,
         state="waiting",
@@ -547,7 +548,7 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         reason, message = "NodeLost", str(alloc.get("ClientDescription") or "Nomad lost the node")
     elif client_status == "failed" and failures:
         # Nomad's words for why a task never ran, not its summary ("Failed tasks")
-        message = "; ".join(f"{c}: {m}" for _, _, m, c in failures)
+        message = "; ".join(f"{c}: {m}" for c, m in failures)
     elif client_status == "failed" and alloc.get("ClientDescription"):
         message = str(alloc["ClientDescription"])
     if phase is Phase.FAILED and client_status in ("failed", "lost") and _job_lives(view):
@@ -575,7 +576,6 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         containers=main_states,
         init_containers=init_states,
         node_name=view.node,
-        events=failures,
     )
 
 
@@ -592,14 +592,9 @@ START_FAILURES = frozenset(
 )
 
 
-def start_failures(states: Iterable[ContainerState]) -> tuple[tuple[str, str, str, str], ...]:
-    """A Warning Event per container Nomad could not start, carrying Nomad's words
-    (``Failed``, or ``BackOff`` while Nomad retries an image pull, as the kubelet names them)."""
-    return tuple(
-        ("Warning", "BackOff" if c.reason.endswith("BackOff") else "Failed", c.message, c.name)
-        for c in states
-        if c.reason in START_FAILURES and c.message
-    )
+def start_failures(states: Iterable[ContainerState]) -> list[tuple[str, str]]:
+    """(container, Nomad's words) for every container Nomad could not start."""
+    return [(c.name, c.message) for c in states if c.reason in START_FAILURES and c.message]
 
 
 def states_of(views: Iterable[JobView], *, node_ips: Mapping[str, str]) -> list[WorkloadState]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -425,6 +426,24 @@ def test_transition_events() -> None:
     )
     [ev] = st.transition_events(run, failed)
     assert ev[:2] == ("Warning", "Failed") and "code 3" in ev[2] and ev[3] == "spec.containers{app}"
+
+
+def test_a_container_that_never_started_gets_the_backends_words_not_an_exit_code() -> None:
+    pod = make_pod(restartPolicy="Never")
+    pending = st.pending(pod, now=at(0), host_ip="h")
+    words = "Driver Failure: binary not found"
+    never = replace(exited(128), reason="StartError", message=words)
+    failed = st.from_workload(
+        pod, state(never, phase=Phase.FAILED), now=at(3), host_ip="h", backend="b"
+    )
+    [ev] = st.transition_events(pending, failed)
+    assert ev[:3] == ("Warning", "Failed", f"Error: {words}")
+    retrying = ContainerState(name="app", reason="RunContainerError", message=words)
+    waiting = st.from_workload(
+        pod, state(retrying, phase=Phase.PENDING), now=at(3), host_ip="h", backend="b"
+    )
+    [ev] = st.transition_events(pending, waiting)
+    assert ev[:3] == ("Warning", "Failed", f"Error: {words}")
 
 
 def test_normalize_ignores_what_the_api_server_omits() -> None:

@@ -1,0 +1,371 @@
+"""The default template for real: Nomad's docker driver, seen through kubectl.
+
+real kubectl → kube-apiserver → vkgate (``templates/nomad/job.j2``, the default) → a Nomad dev
+agent whose docker driver talks to a private dockerd (``gateway.devstack.docker``) holding
+``busybox:1.36`` imported from Debian's static busybox.  Nothing is pulled from anywhere: the
+"missing image" names a registry on a closed loopback port.
+
+Locally without root/dockerd/busybox-static these tests skip with one line; with ``CI=true``
+they fail (``tests/e2e/conftest.py``).  Also here, on raw_exec: what ``kubectl get pods``
+shows for a pod that can never be translated, and for a process that never started.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.devstack.agent import GatewayProcess
+from gateway.devstack.docker import IMAGE, IMAGE_GREETING
+
+pytestmark = pytest.mark.e2e
+
+MISSING_IMAGE = "127.0.0.1:1/vkgate/missing:1"
+#: Grows a shell variable past a 20 MiB limit.
+HOG = "x=$(head -c 80000000 /dev/zero | tr '\\0' a); echo survived"
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def manifest(
+    name: str,
+    node: str,
+    *,
+    command: list[str] | None = None,
+    image: str = IMAGE,
+    policy: str = "Never",
+    memory: str | None = None,
+) -> str:
+    container: dict[str, Any] = {"name": "app", "image": image}
+    if command:
+        container["command"] = command
+    if memory:
+        container["resources"] = {"requests": {"memory": memory}, "limits": {"memory": memory}}
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": policy,
+                "terminationGracePeriodSeconds": 2,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [container],
+            },
+        }
+    )
+
+
+def pod(kubectl: Any, name: str) -> dict[str, Any]:
+    r = kubectl("get", "pod", name, "-o", "json", check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+def app_status(kubectl: Any, name: str) -> dict[str, Any]:
+    statuses = (pod(kubectl, name).get("status") or {}).get("containerStatuses") or [{}]
+    return dict(statuses[0])
+
+
+def get_pods_status(kubectl: Any, name: str) -> str:
+    """The STATUS column of ``kubectl get pods``."""
+    out = kubectl("get", "pod", name, "--no-headers").stdout.split()
+    return str(out[2])
+
+
+def warning_events(kubectl: Any, name: str) -> list[dict[str, Any]]:
+    evs = json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]
+    return [e for e in evs if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
+
+
+def start(gw: GatewayProcess) -> GatewayProcess:
+    try:
+        return gw.start()
+    except BaseException:
+        print(f"----- {gw!r} log (tail) -----\n{gw.log_text()[-6000:]}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def docker_gateway(
+    control_plane: Any, docker_nomad: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(
+        control_plane,
+        tmp_path_factory.mktemp("gateway-docker"),
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {
+                    "address": docker_nomad.address,  # default template: nomad/job.j2 (docker)
+                    "restart_delay": "2s",
+                    "restart_attempts": 5,
+                    "restart_interval": "1m",
+                },
+            }
+        },
+    )
+    try:
+        yield start(gw)
+    finally:
+        gw.stop(timeout=15)
+        print(f"----- {gw!r} log (tail) -----\n{gw.log_text()[-6000:]}")
+
+
+@pytest.fixture(scope="module")
+def raw_gateway(
+    control_plane: Any, nomad_agent: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(
+        control_plane,
+        tmp_path_factory.mktemp("gateway-raw"),
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+            }
+        },
+    )
+    try:
+        yield start(gw)
+    finally:
+        gw.stop(timeout=15)
+
+
+# --------------------------------------------------------------------------- docker
+
+
+def test_docker_pod_runs_then_succeeds_or_fails_with_its_exit_code(
+    docker_gateway: GatewayProcess, kubectl: Any
+) -> None:
+    node = docker_gateway.node_name
+    ok, bad = f"d-ok-{uuid.uuid4().hex[:5]}", f"d-bad-{uuid.uuid4().hex[:5]}"
+    kubectl("apply", "-f", "-", input=manifest(ok, node, command=["sh", "-c", "echo hi; sleep 4"]))
+    kubectl("apply", "-f", "-", input=manifest(bad, node, command=["sh", "-c", "exit 3"]))
+    running = wait_until(
+        f"{ok} Running",
+        lambda: "running" in ((s := app_status(kubectl, ok)).get("state") or {}) and s,
+    )
+    assert running["containerID"].startswith("nomad://")
+    assert pod(kubectl, ok)["status"]["phase"] == "Running"
+    wait_until(f"{ok} Succeeded", lambda: pod(kubectl, ok)["status"]["phase"] == "Succeeded")
+    done = app_status(kubectl, ok)["state"]["terminated"]
+    assert (done["exitCode"], done["reason"]) == (0, "Completed")
+    assert kubectl("logs", ok).stdout == "hi\n"
+    wait_until(f"{bad} Failed", lambda: pod(kubectl, bad)["status"]["phase"] == "Failed")
+    failed = app_status(kubectl, bad)["state"]["terminated"]
+    assert (failed["exitCode"], failed["reason"]) == (3, "Error")
+    assert get_pods_status(kubectl, bad) == "Error"
+    kubectl("delete", "pod", ok, bad, "--wait=false")
+
+
+def test_a_pod_without_command_runs_the_images_own_command(
+    docker_gateway: GatewayProcess, kubectl: Any
+) -> None:
+    name = f"d-entry-{uuid.uuid4().hex[:5]}"
+    kubectl("apply", "-f", "-", input=manifest(name, docker_gateway.node_name))
+    wait_until(f"{name} Succeeded", lambda: pod(kubectl, name)["status"]["phase"] == "Succeeded")
+    assert kubectl("logs", name).stdout == IMAGE_GREETING + "\n"
+    kubectl("delete", "pod", name, "--wait=false")
+
+
+def test_exec_and_exec_it_in_a_docker_container(
+    docker_gateway: GatewayProcess, kubectl: Any, control_plane: Any, kubectl_path: Path
+) -> None:
+    name = f"d-exec-{uuid.uuid4().hex[:5]}"
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=manifest(name, docker_gateway.node_name, command=["sleep", "600"], policy="Always"),
+    )
+    wait_until(f"{name} Running", lambda: pod(kubectl, name)["status"]["phase"] == "Running")
+    r = kubectl("exec", name, "--", "sh", "-c", "cat /etc/passwd | head -1; exit 5", check=False)
+    # the container's own root fs (the imported image), not the host's
+    assert r.stdout == "root:x:0:0:root:/root:/bin/sh\n" and r.returncode == 5
+    script = shutil.which("script")
+    if script is None:
+        pytest.skip("util-linux `script` is not installed: no pty for kubectl exec -it")
+    remote = "sleep 0.5; tty; stty size; read x; echo got $x; exit 4"
+    inner = (
+        f"stty cols 100 rows 30; {kubectl_path} --kubeconfig={control_plane.kubeconfig} "
+        f"exec -it {name} -- sh -c '{remote}'"
+    )
+    with subprocess.Popen(
+        [script, "-qefc", inner, "/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as p:
+        assert p.stdin is not None
+        try:
+            time.sleep(1.0)
+            p.stdin.write(b"hello\n")
+            p.stdin.flush()
+            out_b, _ = p.communicate(timeout=30)
+        finally:
+            p.kill()
+    lines = out_b.decode(errors="replace").replace("\r\n", "\n").splitlines()
+    assert any(line.startswith("/dev/pts/") for line in lines), lines
+    assert "30 100" in lines and "got hello" in lines, lines
+    assert p.returncode == 4
+    kubectl("delete", "pod", name, "--wait=false")
+
+
+def kubelet_client(gateway: GatewayProcess, control_plane: Any) -> httpx.Client:
+    ctx = ssl.create_default_context(cafile=str(control_plane.kubelet_serving_ca.cert))
+    cert = control_plane.pki.apiserver_kubelet_client
+    ctx.load_cert_chain(str(cert.cert), str(cert.key))
+    return httpx.Client(
+        base_url=f"https://127.0.0.1:{gateway.settings['kubelet']['port']}",
+        verify=ctx,
+        trust_env=False,
+        timeout=30,
+    )
+
+
+def test_stats_show_the_containers_real_cpu_and_memory(
+    docker_gateway: GatewayProcess, kubectl: Any, control_plane: Any
+) -> None:
+    name = f"d-burn-{uuid.uuid4().hex[:5]}"
+    # a busy loop plus ~30 MB held in a shell variable
+    burn = "x=$(head -c 30000000 /dev/zero | tr '\\0' a); while :; do :; done"
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=manifest(name, docker_gateway.node_name, command=["sh", "-c", burn], memory="200Mi"),
+    )
+    with kubelet_client(docker_gateway, control_plane) as c:
+
+        def measured() -> dict[str, Any] | None:
+            for p in c.get("/stats/summary").json()["pods"]:
+                if p["podRef"]["name"] == name:
+                    app = p["containers"][0]
+                    busy = app["cpu"].get("usageNanoCores", 0) > 0
+                    if busy and app["memory"].get("workingSetBytes", 0) > 20_000_000:
+                        found: dict[str, Any] = app
+                        return found
+            return None
+
+        app = wait_until(f"{name} CPU and memory in /stats/summary", measured, timeout=90, every=1)
+    print(f"\ndocker stats: {app['cpu']} {app['memory']}")
+    assert 50_000_000 < app["cpu"]["usageNanoCores"] < 1_500_000_000
+    assert 20_000_000 < app["memory"]["workingSetBytes"] < 200 * 2**20
+    kubectl("delete", "pod", name, "--wait=false")
+
+
+def test_memory_limit_exceeded_is_oomkilled_137_and_restarts_per_policy(
+    docker_gateway: GatewayProcess, kubectl: Any
+) -> None:
+    node = docker_gateway.node_name
+    never, again = f"d-oom-{uuid.uuid4().hex[:5]}", f"d-oom-r-{uuid.uuid4().hex[:5]}"
+    for name, policy in ((never, "Never"), (again, "OnFailure")):
+        kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=manifest(name, node, command=["sh", "-c", HOG], policy=policy, memory="20Mi"),
+        )
+    wait_until(f"{never} Failed", lambda: pod(kubectl, never)["status"]["phase"] == "Failed")
+    t = app_status(kubectl, never)["state"]["terminated"]
+    assert (t["reason"], t["exitCode"]) == ("OOMKilled", 137)
+    assert get_pods_status(kubectl, never) == "OOMKilled"
+    # OnFailure: restarted, the killed run in lastState
+    restarted = wait_until(
+        f"{again} restarted after OOM",
+        lambda: (s := app_status(kubectl, again)).get("restartCount", 0) >= 1 and s,
+        timeout=60,
+    )
+    last = restarted["lastState"]["terminated"]
+    assert (last["reason"], last["exitCode"]) == ("OOMKilled", 137)
+    assert not last["startedAt"].startswith("0001")
+    assert pod(kubectl, again)["status"]["phase"] != "Failed"
+    kubectl("delete", "pod", never, again, "--wait=false")
+
+
+def test_missing_image_is_errimagepull_then_imagepullbackoff_with_nomads_words(
+    docker_gateway: GatewayProcess, kubectl: Any
+) -> None:
+    name = f"d-noimg-{uuid.uuid4().hex[:5]}"
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=manifest(name, docker_gateway.node_name, image=MISSING_IMAGE, policy="Always"),
+    )
+    seen: list[str] = []
+
+    def backoff() -> dict[str, Any] | None:
+        waiting = (app_status(kubectl, name).get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and (not seen or seen[-1] != waiting["reason"]):
+            seen.append(waiting["reason"])
+        return waiting if waiting.get("reason") == "ImagePullBackOff" else None
+
+    waiting = wait_until(f"{name} ImagePullBackOff", backoff, timeout=90, every=0.2)
+    assert "ErrImagePull" in seen and seen.index("ErrImagePull") < seen.index("ImagePullBackOff")
+    assert waiting["message"].startswith(f"Driver Failure: Failed to pull `{MISSING_IMAGE}`")
+    assert get_pods_status(kubectl, name) == "ImagePullBackOff"
+    assert pod(kubectl, name)["status"]["phase"] == "Pending"
+    failed = [e["message"] for e in warning_events(kubectl, name) if e["reason"] == "Failed"]
+    assert any("Driver Failure: Failed to pull" in m for m in failed), failed
+    kubectl("delete", "pod", name, "--wait=false")
+
+
+# --------------------------------------------------------------------------- raw_exec
+
+
+def test_translation_failure_shows_in_kubectl_get_pods(
+    raw_gateway: GatewayProcess, kubectl: Any
+) -> None:
+    name = f"r-nocmd-{uuid.uuid4().hex[:5]}"  # raw_exec and no command: cannot be translated
+    kubectl("apply", "-f", "-", input=manifest(name, raw_gateway.node_name))
+    wait_until(
+        f"{name} TranslationFailed", lambda: get_pods_status(kubectl, name) == "TranslationFailed"
+    )
+    waiting = app_status(kubectl, name)["state"]["waiting"]
+    assert "has no command" in waiting["message"]
+    kubectl("delete", "pod", name, "--wait=false")
+
+
+def test_a_process_that_never_started_is_not_exit_code_1(
+    raw_gateway: GatewayProcess, kubectl: Any
+) -> None:
+    name = f"r-nobin-{uuid.uuid4().hex[:5]}"
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=manifest(name, raw_gateway.node_name, command=["/nonexistent/bin"]),
+    )
+    wait_until(
+        f"{name} Failed", lambda: pod(kubectl, name).get("status", {}).get("phase") == "Failed"
+    )
+    p = pod(kubectl, name)
+    t = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (t["reason"], t["exitCode"]) == ("StartError", 128)
+    assert 'binary "/nonexistent/bin" could not be found' in t["message"]
+    assert "could not be found" in p["status"]["message"]  # Nomad's words, not "Failed tasks"
+    assert get_pods_status(kubectl, name) == "StartError"
+    failed = [e for e in warning_events(kubectl, name) if e["reason"] == "Failed"]
+    assert failed and "Driver Failure: failed to launch command" in failed[0]["message"]
+    kubectl("delete", "pod", name, "--wait=false")
