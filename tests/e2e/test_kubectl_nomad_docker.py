@@ -18,12 +18,13 @@ import ssl
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.docker import IMAGE, IMAGE_GREETING
@@ -33,17 +34,6 @@ pytestmark = pytest.mark.e2e
 MISSING_IMAGE = "127.0.0.1:1/vkgate/missing:1"
 #: Grows a shell variable past a 20 MiB limit.
 HOG = "x=$(head -c 80000000 /dev/zero | tr '\\0' a); echo survived"
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def manifest(
