@@ -168,6 +168,24 @@ class ControlPlane:
         out.update({name: p.rss_bytes() for name, p in self.addons.items()})
         return out
 
+    def restart_apiserver_after_crash(self, *, down: float = 0.0, timeout: float = 120.0) -> float:
+        """``kill -9`` kube-apiserver, wait ``down`` seconds, start it again with the same flags
+        (etcd keeps the data) and wait for /readyz; returns the seconds from the restart."""
+        self.apiserver.kill()
+        self.apiserver.stop(timeout=0)
+        time.sleep(down)
+        self.apiserver = self.apiserver.respawn()
+        started = time.monotonic()
+        ctx = self.ssl_context()
+        wait_for(
+            "kube-apiserver /readyz",
+            lambda: _readyz(self.url, ctx),
+            timeout=timeout,
+            interval=0.25,
+            proc=self.apiserver,
+        )
+        return time.monotonic() - started
+
     def stop(self) -> None:
         """Stop the API server, then etcd, and remove the work directory.  Idempotent."""
         if self._stopped:

@@ -110,6 +110,23 @@ class NomadAgent:
         result: list[dict[str, Any]] = self.get("/v1/nodes")
         return result
 
+    def restart_after_crash(self, *, timeout: float = 90.0) -> float:
+        """``kill -9`` the agent (and its tasks), start it again on the same ports and wait for
+        a leader and a ready node; returns the seconds that took.  A dev agent keeps its state
+        in memory: the new one knows no jobs (backend state loss)."""
+        self.proc.kill()
+        self.proc.stop(timeout=0)  # reap, and SIGKILL what is left of its session (tasks)
+        self.proc = self.proc.respawn()
+        started = time.monotonic()
+        wait_for(
+            "nomad leader and a ready node",
+            lambda: _ready_node(self.address),
+            timeout=timeout,
+            interval=0.25,
+            proc=self.proc,
+        )
+        return time.monotonic() - started
+
     def stop(self) -> None:
         """Stop the agent (its whole process group: raw_exec tasks too) and remove its dirs."""
         if self._stopped:

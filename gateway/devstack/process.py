@@ -84,6 +84,13 @@ class Proc:
         self.name = name
         self.argv = list(argv)
         self.log_file = log_file
+        self._spawn = {
+            "env": env,
+            "cwd": cwd,
+            "die_with_parent": die_with_parent,
+            "user": user,
+            "group": group,
+        }
         log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = open(log_file, "ab")  # noqa: SIM115 - closed in stop()
         try:
@@ -148,6 +155,11 @@ class Proc:
         with _live_lock:
             _live.discard(self)
         return self.popen.returncode
+
+    def respawn(self) -> Proc:
+        """A new process with the same command, environment and log file (after ``kill`` or
+        ``stop``: restart-after-crash tests)."""
+        return Proc(self.name, self.argv, log_file=self.log_file, **self._spawn)  # type: ignore[arg-type]
 
     def kill(self) -> None:
         """SIGKILL the whole group at once (crash simulation)."""
