@@ -104,6 +104,7 @@ class App:
             clock=self.clock,
             qps=settings.kube.event_qps,
             burst=settings.kube.event_burst,
+            queue_size=settings.kube.event_queue,
         )
         #: Live templates from ConfigMaps (templates.configmap_namespace), when configured.
         self.templates: Any = None
@@ -166,6 +167,7 @@ class App:
                 kube=self.kube,
                 pods=self.pods,
                 leases=(self.node.lease, self.leader),
+                events=self.events,
             )
         self._stop = asyncio.Event()
         self._started: list[Any] = []

@@ -108,6 +108,10 @@ class KubeSettings:
         default=50.0, metadata=doc("Event writes per second (own budget)", lo=0.1, hi=10000)
     )
     event_burst: int = field(default=100, metadata=doc("Event write burst", lo=1, hi=100000))
+    event_queue: int = field(
+        default=10_000,
+        metadata=doc("Events waiting to be written; more are dropped (counted)", lo=1, hi=1000000),
+    )
     timeout: float = field(default=30.0, metadata=doc("Request timeout in seconds", lo=1, hi=600))
 
 

@@ -11,12 +11,17 @@ bounded LRU, so a long-running agent does not grow without bound.
 defaults to ``v1 Pod`` and a cluster-scoped one to ``v1 Node``.  Events about a cluster-scoped
 object go to the ``default`` namespace (as the kubelet does for its Node).
 
-Once ``start()`` ran (the App does it), ``record`` only enqueues and one background sender
-writes the Events, with their own token bucket (kubelet: ``eventRecordQPS``/``eventBurst``):
-a burst of pods never waits on its Events, as with client-go's broadcaster.  The queue is
-bounded; when it is full an Event is dropped with a log line (the kubelet drops too).  Without
-``start()`` (unit tests, one-shot tools) ``record`` writes inline.  ``stop()`` drains what is
-queued, bounded by a timeout.
+Once ``start()`` ran (the App does it), ``record`` only enqueues and ``senders`` background
+tasks write the Events, with their own token bucket (kubelet: ``eventRecordQPS``/``eventBurst``):
+a burst of pods never waits on its Events, as with client-go's broadcaster.  Several senders
+keep the bucket, not one request's round trip, the limit; an Event goes to the sender chosen by
+its aggregation key, so repeats of one Event are written in order by one sender (a PATCH never
+races the POST it aggregates into).  The queue is bounded (``queue_size``, default 10,000: the
+4 Events of each of 1,000 pods fit while the bucket drains them at 50/s); when it is full an
+Event is dropped with a log line and counted (``counts["dropped"]``, exposed as
+``vkgate_events_total{outcome="dropped"}``, docs/design/metrics.md).  Without ``start()`` (unit
+tests, one-shot tools) ``record`` writes inline.  ``stop()`` drains what is queued, bounded by a
+timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import contextlib
 import datetime as _dt
 import logging
 import secrets
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +56,9 @@ def rfc3339(t: _dt.datetime) -> str:
     return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_Item = tuple[Mapping[str, Any], str, str, str, str]
+
+
 class EventRecorder:
     def __init__(
         self,
@@ -62,7 +70,8 @@ class EventRecorder:
         cache_size: int = 4096,
         qps: float = 50.0,
         burst: int = 100,
-        queue_size: int = 1000,
+        queue_size: int = 10_000,
+        senders: int = 4,
     ) -> None:
         self.client = client
         self.component = component
@@ -72,12 +81,13 @@ class EventRecorder:
         #: Events have their own budget (kubelet: eventRecordQPS 50 / eventBurst 100), so a
         #: burst of pods does not queue its status writes behind its Events.
         self.limiter = TokenBucket(qps, burst, clock=self.clock)
-        self._queue: asyncio.Queue[tuple[Mapping[str, Any], str, str, str, str]] = asyncio.Queue(
-            maxsize=queue_size
-        )
-        self._sender: asyncio.Task[None] | None = None
-        #: Events dropped because the queue was full.
-        self.dropped = 0
+        self.queue_size = max(1, queue_size)
+        self._queues: list[asyncio.Queue[_Item]] = [asyncio.Queue() for _ in range(max(1, senders))]
+        self._queued = 0
+        self._senders: list[asyncio.Task[None]] = []
+        #: Outcomes: ``posted`` (new Event), ``aggregated`` (PATCH of a repeat), ``failed`` (the
+        #: API refused or was unreachable), ``dropped`` (the queue was full).
+        self.counts: Counter[str] = Counter()
         self._seen: OrderedDict[tuple[str, str, str, str, str], _Seen] = OrderedDict()
 
     async def record(
@@ -92,43 +102,63 @@ class EventRecorder:
         """Write (or aggregate into) an Event about ``obj``.  Never raises; once started, only
         enqueues (the sender writes it)."""
         item = (obj, type, reason, message[:MESSAGE_LIMIT], field_path)
-        if self._sender is not None and not self._sender.done():
-            try:
-                self._queue.put_nowait(item)
-            except asyncio.QueueFull:
-                self.dropped += 1
+        if self._senders and not all(t.done() for t in self._senders):
+            if self._queued >= self.queue_size:
+                self.counts["dropped"] += 1
                 log.warning("event queue full: dropped event %s (%s)", reason, message[:80])
+                return
+            self._queued += 1
+            self._queues[hash(self._key(item)) % len(self._queues)].put_nowait(item)
             return
         await self._send(item)
 
+    @property
+    def dropped(self) -> int:
+        """Events dropped because the queue was full."""
+        return self.counts["dropped"]
+
     async def start(self) -> None:
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._run(), name="event-sender")
+        if not self._senders or all(t.done() for t in self._senders):
+            self._senders = [
+                asyncio.create_task(self._run(q), name=f"event-sender-{i}")
+                for i, q in enumerate(self._queues)
+            ]
 
     async def stop(self, *, drain_seconds: float = 5.0) -> None:
-        """Write what is queued (at most ``drain_seconds``), then stop the sender."""
-        sender, self._sender = self._sender, None
-        if sender is None:
+        """Write what is queued (at most ``drain_seconds``), then stop the senders."""
+        senders, self._senders = self._senders, []
+        if not senders:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._queue.join(), drain_seconds)
-        sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sender
+            await asyncio.wait_for(asyncio.gather(*(q.join() for q in self._queues)), drain_seconds)
+        for t in senders:
+            t.cancel()
+        for t in senders:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
 
-    async def _run(self) -> None:
+    async def _run(self, queue: asyncio.Queue[_Item]) -> None:
         while True:
-            item = await self._queue.get()
+            item = await queue.get()
             try:
                 await self._send(item)
             finally:
-                self._queue.task_done()
+                self._queued -= 1
+                queue.task_done()
 
-    async def _send(self, item: tuple[Mapping[str, Any], str, str, str, str]) -> None:
+    @staticmethod
+    def _key(item: _Item) -> tuple[str, str, str, str, str]:
+        """The aggregation key: (object uid, fieldPath, reason, message, type)."""
+        obj, etype, reason, message, field_path = item
+        meta = obj.get("metadata") or {}
+        return (str(meta.get("uid") or meta.get("name", "")), field_path, reason, message, etype)
+
+    async def _send(self, item: _Item) -> None:
         obj, etype, reason, message, field_path = item
         try:
-            await self._record(obj, etype, reason, message, field_path)
+            self.counts[await self._record(obj, etype, reason, message, field_path)] += 1
         except Exception as exc:
+            self.counts["failed"] += 1
             meta = obj.get("metadata") or {}
             log.warning(
                 "could not record event %s for %s/%s: %s",
@@ -140,10 +170,10 @@ class EventRecorder:
 
     async def _record(
         self, obj: Mapping[str, Any], etype: str, reason: str, message: str, field_path: str
-    ) -> None:
+    ) -> str:
+        """Write one Event; returns the outcome (``posted`` or ``aggregated``)."""
         meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        key = (uid or str(meta.get("name", "")), field_path, reason, message, etype)
+        key = self._key((obj, etype, reason, message, field_path))
         now = rfc3339(self.clock.now())
         seen = self._seen.get(key)
         if seen is not None:
@@ -156,7 +186,7 @@ class EventRecorder:
                     patch_type="merge",
                     limiter=self.limiter,
                 )
-                return
+                return "aggregated"
             except NotFound:
                 pass  # expired (Event TTL): start a new series below
         involved = self._involved(obj, field_path)
@@ -189,6 +219,7 @@ class EventRecorder:
         except Exception:
             self._seen.pop(key, None)
             raise
+        return "posted"
 
     @staticmethod
     def _involved(obj: Mapping[str, Any], field_path: str) -> dict[str, Any]:

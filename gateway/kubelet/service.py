@@ -210,13 +210,19 @@ class KubeletServer:
 
 
 def add_component_collectors(
-    metrics: Metrics, *, kube: object = None, pods: object = None, leases: Sequence[object] = ()
+    metrics: Metrics,
+    *,
+    kube: object = None,
+    pods: object = None,
+    leases: Sequence[object] = (),
+    events: object = None,
 ) -> None:
     """Expose other components' plain counters at scrape time (they never import this package).
 
     ``kube.stats``: API writes keyed ``(verb, resource)``; ``pods.stats``: pod sync counters by
     name; ``pods.queue``: its length; ``pods.reflector.counts`` / ``templates.reflector``: watch
-    (re)starts by reason; each of ``leases`` has ``renew_failures`` (heartbeat and leader)."""
+    (re)starts by reason; each of ``leases`` has ``renew_failures`` (heartbeat and leader);
+    ``events.counts``: Events by outcome (posted, aggregated, failed, dropped)."""
 
     def _mapping(obj: object, attr: str = "stats") -> Mapping[Any, Any]:
         value = getattr(obj, attr, None)
@@ -279,6 +285,21 @@ def add_component_collectors(
             "Pod watch restarts by reason (expired: 410 relist, error, idle)",
             ("resource", "reason"),
             watch_restarts,
+        )
+
+    def event_outcomes() -> dict[tuple[str, ...], float]:
+        counts = _mapping(events, "counts")
+        return {
+            (o,): float(counts.get(o, 0)) for o in ("posted", "aggregated", "failed", "dropped")
+        }
+
+    if events is not None:
+        metrics.collect(
+            "vkgate_events",
+            "Kubernetes Events by outcome: posted, aggregated (a repeat PATCHed into its Event), "
+            "failed (refused or unreachable API), dropped (the event queue was full)",
+            ("outcome",),
+            event_outcomes,
         )
     if leases:
         metrics.collect(
