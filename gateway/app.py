@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from importlib.metadata import entry_points
 from typing import Any
 
 from gateway.clock import Clock, SystemClock
@@ -38,42 +37,35 @@ from gateway.metrics import InstrumentedTranslator, Metrics
 from gateway.node.controller import NodeController
 from gateway.node.leader import LeaderElector
 from gateway.pods.controller import PodController
+from translators import plugins
 from translators.base import Translator, TranslatorContext
+from translators.settings import SettingsError
 
 log = logging.getLogger("gateway.app")
 
-ENTRY_POINT_GROUP = "vkgate.translators"
-
 
 def load_translator(settings: Settings, *, renderer: Any = None) -> Translator:
-    """Import only the configured backend (others may lack their optional dependencies)."""
+    """Build the configured backend through its spec (only that backend is imported)."""
     kind = settings.backend.kind
-    found = entry_points(group=ENTRY_POINT_GROUP, name=kind)
-    if not found:
-        raise StartupError(
-            f"backend.kind = {kind!r}: no translator registered under entry point group "
-            f"{ENTRY_POINT_GROUP!r} (is the package that provides it installed?)"
-        )
-    ep = next(iter(found))
     try:
-        factory = ep.load()
-    except ImportError as exc:
-        raise StartupError(
-            f"backend.kind = {kind!r}: cannot import {ep.value} ({exc}); "
-            f"install its extra: pip install 'vkgate[{kind}]'"
-        ) from exc
+        spec = plugins.load(kind)
+    except plugins.PluginError as exc:
+        raise StartupError(f"backend.kind: {exc}") from exc
     from gateway.templates_source import renderer_from_settings
 
     ctx = TranslatorContext(
         node_name=settings.node.name,
         settings=settings.backend.table(),
-        renderer=renderer if renderer is not None else renderer_from_settings(settings.templates),
+        renderer=renderer
+        if renderer is not None
+        else renderer_from_settings(settings.templates, kinds=[kind]),
     )
     try:
-        translator: Translator = factory(ctx)
+        return spec.factory(ctx)
+    except SettingsError as exc:
+        raise StartupError(str(exc)) from exc
     except (ValueError, TypeError, KeyError, OSError) as exc:
         raise StartupError(f"backend.{kind}: {exc}") from exc
-    return translator
 
 
 class App:
@@ -91,7 +83,7 @@ class App:
         from gateway.templates_source import TemplatesSource, renderer_from_settings
 
         #: The template renderer the translator uses (ConfigMap templates land in its overlay).
-        self.renderer = renderer_from_settings(settings.templates)
+        self.renderer = renderer_from_settings(settings.templates, kinds=[settings.backend.kind])
         self.translator = translator or load_translator(settings, renderer=self.renderer)
         #: Own metrics (prometheus_client; gateway.metrics); controllers get the backend
         #: through ``backend``, which counts and times every call.

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import config as cfg
+from translators.settings import SettingsError
 
 VERSION = "0.1.0"
 
@@ -36,7 +37,7 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
 def add_settings_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--config", help="vkgate.toml path (env VKGATE_CONFIG)")
     p.add_argument("--node-name", help="node.name")
-    p.add_argument("--backend", help="backend.kind: simulated, nomad, zun, batch")
+    p.add_argument("--backend", help="backend.kind: any installed backend (vkgate.translators)")
     p.add_argument("--kubeconfig", help="kube.kubeconfig")
     p.add_argument("--kubelet-port", help="kubelet.port")
     p.add_argument("--log-level", help="log.level")
@@ -72,10 +73,10 @@ def settings_from_args(args: argparse.Namespace) -> cfg.Settings:
 def _cmd_config_check(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
-    except cfg.ConfigError as exc:
+    except SettingsError as exc:
         print(f"vkgate: config error: {exc}", file=sys.stderr)
         return 1
-    print(cfg.to_toml(cfg.masked(settings)), end="")
+    print(cfg.check_report(settings), end="")
     return 0
 
 
@@ -87,7 +88,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
-    except cfg.ConfigError as exc:
+    except SettingsError as exc:
         print(f"vkgate: config error: {exc}", file=sys.stderr)
         return 1
     from gateway.app import run_forever
@@ -126,9 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backend-dev",
         dest="dev_backend",
-        default="nomad",
-        choices=["nomad", "simulated"],
-        help="backend for the demo (default nomad)",
+        default=None,
+        help="backend for the demo: a Nomad dev agent (default) or the simulated backend",
     )
     p.add_argument("--no-wait", action="store_true", help="exit after the sample pod's logs")
     p.set_defaults(func=_cmd_dev)
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("render", help="print a pod's backend spec (offline)")
     p.add_argument("pod", help="pod YAML file")
-    p.add_argument("--backend", choices=["nomad", "zun", "batch"], default=None)
+    p.add_argument("--backend", default=None, help="an installed backend; default backend.kind")
     p.add_argument("--team")
     p.add_argument("--template")
     p.add_argument("--explain", action="store_true")
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = pt.add_subparsers(dest="templates_command", required=True)
     p = tsub.add_parser("check", help="render every template against sample pods")
     p.add_argument("dir", nargs="?")
-    p.add_argument("--backend", choices=["nomad", "zun", "batch"], default=None)
+    p.add_argument("--backend", default=None, help="one installed backend; default: all")
     p.add_argument("-c", "--config", help="vkgate.toml (backend tables, templates.dirs)")
     p.set_defaults(func=_cmd_templates_check)
 

@@ -6,9 +6,10 @@ that reads them.  Validation names the offending key (``node.kubelet_port: expec
 in 1..65535, got 'abc'``) so ``vkgate config check`` can point straight at it.
 
 Environment: ``VKGATE_<SECTION>__<KEY>`` (double underscore between levels), e.g.
-``VKGATE_NODE__NAME=vk-1`` or ``VKGATE_BACKEND__KIND=nomad``.  Backend tables are free-form
-(``[backend.nomad]``) and validated by the translator; keys named like secrets (token, key,
-password, secret) are masked whenever settings are printed.
+``VKGATE_NODE__NAME=vk-1`` or ``VKGATE_BACKEND__KIND=nomad``.  ``backend.kind`` may name any
+installed backend; its ``[backend.<kind>]`` table is validated by that backend's spec
+(``translators.plugins``), with the same error type (``SettingsError``, naming the key).  Keys
+named like secrets (token, key, password, secret) are masked whenever settings are printed.
 """
 
 from __future__ import annotations
@@ -24,21 +25,21 @@ from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 from gateway.names import TAINT_EFFECTS, label_value_error, qualified_name_error
+from translators import plugins
+from translators.settings import Setting, SettingsError, coerce
 
 SECRET_KEY = re.compile(
     r"(token|password|passwd|secret|credential|account_key|api_key|private_key|application_credential)",
     re.IGNORECASE,
 )
 MASK = "*****"
-BACKENDS = ("simulated", "nomad", "zun", "batch")
 
 
-class ConfigError(ValueError):
-    """A setting is missing or invalid; ``key`` is its dotted path."""
+class ConfigError(SettingsError):
+    """A setting is missing or invalid; ``key`` is its dotted path.
 
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
+    The gateway's name for ``translators.settings.SettingsError``: a backend's own settings
+    errors are ``SettingsError`` too, so callers catch that one type."""
 
 
 def doc(text: str, *, lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
@@ -218,15 +219,34 @@ class HaSettings:
 
 @dataclass
 class BackendSettings:
-    kind: str = field(default="simulated", metadata=doc("simulated, nomad, zun or batch"))
-    simulated: dict[str, Any] = field(default_factory=dict)
-    nomad: dict[str, Any] = field(default_factory=dict)
-    zun: dict[str, Any] = field(default_factory=dict)
-    batch: dict[str, Any] = field(default_factory=dict)
+    """``[backend]``: ``kind`` plus one ``[backend.<kind>]`` table per backend, any installed one.
 
-    def table(self) -> dict[str, Any]:
-        value: dict[str, Any] = getattr(self, self.kind)
-        return value
+    The tables are the backends' own business: ``validate`` hands the configured backend's table
+    to its spec (``translators.plugins``), which checks every key and reports the effective
+    values (``effective``, with defaults and the environment variables it reads)."""
+
+    kind: str = field(
+        default=plugins.DEFAULT_KIND,
+        metadata=doc("an installed backend (entry point group vkgate.translators)"),
+    )
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The configured backend's effective settings, filled by ``validate``.
+    effective: list[Setting] = field(default_factory=list, compare=False, repr=False)
+
+    def table(self, kind: str = "") -> dict[str, Any]:
+        return self.tables.get(kind or self.kind, {})
+
+
+def _build_backend(data: Mapping[str, Any], prefix: str) -> BackendSettings:
+    kind = coerce(f"{prefix}.kind", "str", data.get("kind", plugins.DEFAULT_KIND))
+    tables: dict[str, dict[str, Any]] = {}
+    for name, table in data.items():
+        if name == "kind":
+            continue
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{prefix}.{name}", f"expected a [{prefix}.{name}] table")
+        tables[str(name)] = dict(table)
+    return BackendSettings(kind=kind, tables=tables)
 
 
 @dataclass
@@ -250,39 +270,12 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected a table, got {value!r}")
         return _build(tp, value, key)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in {
-            "1",
-            "true",
-            "yes",
-            "on",
-            "0",
-            "false",
-            "no",
-            "off",
-        }:
-            return value.lower() in {"1", "true", "yes", "on"}
-        raise ConfigError(key, f"expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
+    scalar = {bool: "bool", int: "int", float: "float", str: "str"}.get(tp)
+    if scalar is not None:
         try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(key, f"expected an integer, got {value!r}") from None
-    if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(key, f"expected a number, got {value!r}") from None
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(key, f"expected a string, got {value!r}")
-        return value
+            return coerce(key, scalar, value)  # type: ignore[arg-type]
+        except SettingsError as exc:
+            raise ConfigError(exc.key, exc.message) from None
     if origin is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected a table, got {value!r}")
@@ -306,6 +299,8 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
 
 
 def _build(cls: type[T], data: Mapping[str, Any], prefix: str) -> T:
+    if cls is BackendSettings:
+        return _build_backend(data, prefix)  # type: ignore[return-value]
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for k in data:
@@ -400,11 +395,11 @@ def _check_names(s: Settings) -> None:
             raise ConfigError(f"node.capacity.{res}", f"invalid resource name {err}")
 
 
-def validate(s: Settings) -> Settings:
-    if s.backend.kind not in BACKENDS:
-        raise ConfigError(
-            "backend.kind", f"must be one of {', '.join(BACKENDS)}, got {s.backend.kind!r}"
-        )
+def validate(s: Settings, environ: Mapping[str, str] | None = None) -> Settings:
+    try:
+        spec = plugins.load(s.backend.kind)
+    except plugins.PluginError as exc:
+        raise ConfigError("backend.kind", str(exc)) from None
     _check_bounds(s, "")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", s.node.name):
         raise ConfigError("node.name", f"must be a DNS subdomain (lowercase), got {s.node.name!r}")
@@ -443,6 +438,8 @@ def validate(s: Settings) -> Settings:
             "pods.backoff_base",
             f"must not exceed pods.backoff_max ({s.pods.backoff_max}), got {s.pods.backoff_base}",
         )
+    env = os.environ if environ is None else environ
+    s.backend.effective = spec.settings(s.backend.table(), env, s.node.name)
     return s
 
 
@@ -474,7 +471,7 @@ def load(
     data = _merge(data, _env_overrides(os.environ if environ is None else environ))
     if overrides:
         data = _merge(data, overrides)
-    return validate(_build(Settings, data, ""))
+    return validate(_build(Settings, data, ""), os.environ if environ is None else environ)
 
 
 def masked(value: Any, key: str = "") -> Any:
@@ -512,3 +509,44 @@ def to_toml(data: Mapping[str, Any], prefix: str = "") -> str:
 
 def _toml_key(k: str) -> str:
     return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else f'"{k}"'
+
+
+def _toml_value(value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        inner = ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items())
+        return "{ " + inner + " }" if inner else "{}"
+    if isinstance(value, list | tuple | set | frozenset):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    return json.dumps(str(value))
+
+
+def check_report(s: Settings) -> str:
+    """``vkgate config check``: the effective settings as TOML, secrets masked; the backend's
+    table shows every key — defaults and values read from the environment marked as such."""
+    data = masked(s)
+    data.pop("backend", None)
+    kind = s.backend.kind
+    lines = [to_toml(data).rstrip("\n"), "", "[backend]", f"kind = {_toml_value(kind)}", ""]
+    lines.append(f"[backend.{_toml_key(kind)}]")
+    prefix = f"backend.{kind}."
+    env_lines = []
+    for item in s.backend.effective:
+        key = item.key.removeprefix(prefix)
+        value = masked({key.rsplit(".", 1)[-1]: item.value})[key.rsplit(".", 1)[-1]]
+        if key.startswith("env."):  # a variable the backend's client library reads itself
+            env_lines.append(f"# {key[4:]} = {_toml_value(value)}  (environment)")
+            continue
+        if value is None:
+            lines.append(f"# {_toml_key(key)} = (unset)")
+            continue
+        note = "" if item.source == "file" else f"  # {item.source}"
+        lines.append(f"{_toml_key(key)} = {_toml_value(value)}{note}")
+    if env_lines:
+        lines += ["# read from the environment by the backend's client library:", *env_lines]
+    return "\n".join(lines) + "\n"

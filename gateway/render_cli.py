@@ -35,15 +35,35 @@ from gateway.offline import (
     render_pod,
     resolve,
 )
+from translators import plugins
 from translators.base import TranslationError, TranslatorError, UnsupportedError
-from translators.rendering import BACKENDS, Renderer, mask_secrets
+from translators.rendering import Renderer, mask_secrets
+from translators.settings import SettingsError
 
 
-def renderer_for(settings: cfg.Settings, *, extra_dirs: list[str] | None = None) -> Renderer:
+def renderer_for(
+    settings: cfg.Settings, *, extra_dirs: list[str] | None = None, kinds: list[str]
+) -> Renderer:
     """A renderer configured like the agent's, without the ConfigMap overlay."""
     from gateway.templates_source import renderer_from_settings
 
-    return renderer_from_settings(settings.templates, extra_dirs=extra_dirs or [])
+    return renderer_from_settings(settings.templates, extra_dirs=extra_dirs or [], kinds=kinds)
+
+
+def template_backends() -> tuple[list[str], list[str]]:
+    """Installed backends that have templates, and one problem line per backend that is
+    installed but cannot be loaded."""
+    kinds: list[str] = []
+    problems: list[str] = []
+    for kind in plugins.kinds():
+        try:
+            spec = plugins.load(kind)
+        except plugins.PluginError as exc:
+            problems.append(str(exc))
+            continue
+        if spec.default_template:
+            kinds.append(kind)
+    return kinds, problems
 
 
 def _settings(path: str | None) -> cfg.Settings:
@@ -58,14 +78,15 @@ def render_main(
     err = err or sys.stderr
     try:
         settings = _settings(getattr(args, "config", None))
-    except cfg.ConfigError as exc:
+    except SettingsError as exc:
         print(f"vkgate: config error: {exc}", file=err)
         return 2
     backend = args.backend or settings.backend.kind
-    if backend not in BACKENDS:
+    with_templates, _problems = template_backends()
+    if backend not in with_templates:
         print(
             f"vkgate render: backend {backend!r} has no templates; pass --backend "
-            f"{'|'.join(BACKENDS)} (or set backend.kind)",
+            f"{'|'.join(with_templates)} (or set backend.kind)",
             file=err,
         )
         return 2
@@ -76,11 +97,17 @@ def render_main(
         print(f"vkgate render: {exc}", file=err)
         return 1
     extra = [args.templates_dir] if getattr(args, "templates_dir", None) else []
-    renderer = renderer_for(settings, extra_dirs=extra)
-    table = getattr(settings.backend, backend)
-    spec_renderer = SpecRenderer(
-        renderer, backend=backend, settings=table, node_name=settings.node.name
-    )
+    renderer = renderer_for(settings, extra_dirs=extra, kinds=[backend])
+    try:
+        spec_renderer = SpecRenderer(
+            renderer,
+            backend=backend,
+            settings=settings.backend.table(backend),
+            node_name=settings.node.name,
+        )
+    except OfflineError as exc:
+        print(f"vkgate render: {exc}", file=err)
+        return 1
     resolved = resolve(
         inputs, node_name=settings.node.name, team=args.team or "", features=spec_renderer.features
     )
@@ -155,35 +182,46 @@ def _print_explain(
 
 def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    backends = [args.backend] if getattr(args, "backend", None) else list(BACKENDS)
+    with_templates, problems = template_backends()
+    backends = [args.backend] if getattr(args, "backend", None) else with_templates
+    unknown = [b for b in backends if b not in with_templates]
+    if unknown:
+        print(
+            f"vkgate templates check: backend {unknown[0]!r} has no templates "
+            f"(backends with templates: {', '.join(with_templates) or 'none'})",
+            file=out,
+        )
+        return 2
     directory = getattr(args, "dir", None)
     if directory and not Path(directory).is_dir():
         print(f"vkgate templates check: {directory}: not a directory", file=out)
         return 2
     try:
         settings = _settings(getattr(args, "config", None))
-    except cfg.ConfigError as exc:
+    except SettingsError as exc:
         print(f"vkgate: config error: {exc}", file=out)
         return 2
-    renderer = renderer_for(settings, extra_dirs=[directory] if directory else [])
+    renderer = renderer_for(settings, extra_dirs=[directory] if directory else [], kinds=backends)
     samples = load_samples()
-    tables = {b: getattr(settings.backend, b) for b in BACKENDS}
+    tables = {b: settings.backend.table(b) for b in backends}
     results = check_templates(
         renderer, backends=backends, samples=samples, settings=tables, node_name=settings.node.name
     )
     failed = [r for r in results if r.status == "failed"]
     unsupported = [r for r in results if r.status == "unsupported"]
-    skipped = [r for r in results if r.status == "skipped"]
-    for r in skipped:
-        print(f"SKIP {r.template}: compiled only, not rendered ({r.message})", file=out)
     ok = [r for r in results if r.status == "ok"]
+    for problem in problems:
+        print(f"FAIL {problem}", file=out)
     for r in failed:
         print(f"FAIL {r.template} [{r.sample}]: {r.message}", file=out)
     templates_seen = sorted({r.template for r in results})
     print(
         f"{len(templates_seen)} template(s), {len(samples)} sample pod(s): {len(ok)} ok, "
-        f"{len(failed)} failed, {len(unsupported)} unsupported by the backend"
-        + (f", {len(skipped)} template(s) compiled only" if skipped else ""),
+        f"{len(failed)} failed, {len(unsupported)} unsupported by the backend",
         file=out,
     )
-    return 1 if failed else 0
+    if not ok and not failed:
+        # Nothing rendered: a check that checked nothing must not pass.
+        print("FAIL no template rendered any sample pod: nothing was checked", file=out)
+        return 1
+    return 1 if failed or problems else 0

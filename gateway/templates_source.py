@@ -33,8 +33,9 @@ from typing import Any
 from gateway.clock import Clock, SystemClock
 from gateway.config import TemplateSettings
 from gateway.kube.reflector import Reflector
+from translators import plugins
 from translators.base import TranslationError
-from translators.rendering import BACKENDS, OverlayTemplate, Renderer
+from translators.rendering import OverlayTemplate, Renderer
 
 log = logging.getLogger("gateway.templates")
 
@@ -47,11 +48,22 @@ Validator = Callable[[Renderer, Mapping[str, OverlayTemplate], Sequence[str]], l
 
 
 def renderer_from_settings(
-    settings: TemplateSettings, *, extra_dirs: Sequence[str | Path] = ()
+    settings: TemplateSettings,
+    *,
+    extra_dirs: Sequence[str | Path] = (),
+    kinds: Sequence[str] = (),
 ) -> Renderer:
-    """The renderer the agent (and ``vkgate render``) uses, from ``[templates]``."""
+    """The renderer the agent (and ``vkgate render``) uses, from ``[templates]``; the packaged
+    templates of the backends ``kinds`` (their specs' ``templates_dir``) come last."""
+    backend_dirs: list[Path] = []
+    for kind in kinds:
+        with contextlib.suppress(plugins.PluginError):  # reported where the backend is used
+            folder = plugins.load(kind).templates_dir
+            if folder is not None and folder not in backend_dirs:
+                backend_dirs.append(folder)
     return Renderer(
         extra_dirs=[*extra_dirs, *settings.dirs],
+        backend_dirs=backend_dirs,
         allowed=settings.allowed,
         teams=settings.teams,
         defaults=settings.default,
@@ -93,7 +105,10 @@ def default_validator(*, backend: str, settings: Mapping[str, Any] | None = None
     baseline: dict[int, set[tuple[str, str]]] = {}
 
     def failures(renderer: Renderer) -> dict[tuple[str, str], str]:
-        if backend not in BACKENDS:
+        try:
+            if not plugins.load(backend).default_template:
+                return {}  # a backend without templates
+        except plugins.PluginError:
             return {}
         results = check_templates(
             renderer, backends=[backend], samples=samples, settings={backend: dict(settings or {})}

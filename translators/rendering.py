@@ -45,7 +45,7 @@ import jinja2
 import jinja2.meta
 from jinja2.exceptions import SecurityError
 
-from translators import schemas
+from translators import plugins, schemas
 from translators.base import (
     OWNER_KEY,
     OWNER_VALUE,
@@ -59,7 +59,6 @@ from translators.sandbox import LimitedSandbox, LimitExceeded, RenderLimits, run
 
 __all__ = [
     "ANNOTATION",
-    "BACKENDS",
     "TEAM_LABEL",
     "RenderLimits",
     "Renderer",
@@ -75,8 +74,6 @@ PACKAGED_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 ANNOTATION = "vkgate.io/template"
 #: Namespace label naming the team that owns a namespace.
 TEAM_LABEL = "vkgate.io/team"
-#: Backend kinds that have templates (first path component of a template name).
-BACKENDS = ("nomad", "zun", "batch")
 ANNOTATION_FIELD = f"metadata.annotations[{ANNOTATION}]"
 
 
@@ -93,7 +90,7 @@ def backend_of(name: str) -> str:
     parts = name.split("/")
     if len(parts) >= 4 and parts[0] == "teams":
         parts = parts[2:]
-    return parts[0] if len(parts) >= 2 and parts[0] in BACKENDS else ""
+    return parts[0] if len(parts) >= 2 and parts[0] in plugins.kinds() else ""
 
 
 def is_entry_template(name: str) -> bool:
@@ -202,6 +199,7 @@ class Renderer:
         self,
         *,
         extra_dirs: Sequence[str | Path] = (),
+        backend_dirs: Sequence[str | Path] = (),
         overlay: Mapping[str, OverlayTemplate | str] | None = None,
         limits: RenderLimits | None = None,
         validate: bool = True,
@@ -209,7 +207,10 @@ class Renderer:
         teams: Mapping[str, str] | None = None,
         defaults: Mapping[str, str] | None = None,
     ) -> None:
-        self.dirs = [Path(d) for d in extra_dirs] + [packaged_templates_dir()]
+        packaged = packaged_templates_dir()
+        #: Search order: extra dirs, the packaged templates, then third-party backends' own.
+        self.dirs = [Path(d) for d in extra_dirs] + [packaged]
+        self.dirs += [Path(d) for d in backend_dirs if Path(d) != packaged]
         self.limits = limits or RenderLimits()
         self.validate = validate
         #: team → glob patterns of template names the team's pods may ask for ("*": everyone).

@@ -156,137 +156,8 @@ def _short(text: str, limit: int = 60) -> str:
 
 # --------------------------------------------------------------------------- the registry
 
-_STR_MAP: Schema = {"type": "object", "additionalProperties": {"type": "string"}}
-
-_NOMAD_TASK: Schema = {
-    "type": "object",
-    "required": ["Name", "Driver"],
-    "properties": {
-        "Name": {"type": "string", "minLength": 1},
-        "Driver": {"type": "string", "minLength": 1},
-        "Config": {"type": "object"},
-        "Env": _STR_MAP,
-        "Meta": _STR_MAP,
-        "Resources": {
-            "type": "object",
-            "properties": {
-                "CPU": {"type": "integer", "minimum": 1},
-                "Cores": {"type": "integer", "minimum": 0},
-                "MemoryMB": {"type": "integer", "minimum": 10},
-                "MemoryMaxMB": {"type": "integer", "minimum": 0},
-            },
-        },
-        "Lifecycle": {
-            "type": ["object", "null"],
-            "properties": {"Hook": {"enum": ["prestart", "poststart", "poststop"]}},
-        },
-        "KillTimeout": {"type": "integer", "minimum": 0},
-        "Templates": {
-            "type": ["array", "null"],
-            "items": {
-                "type": "object",
-                "required": ["DestPath"],
-                "properties": {
-                    "DestPath": {"type": "string", "minLength": 1},
-                    "EmbeddedTmpl": {"type": "string"},
-                },
-            },
-        },
-    },
-}
-
-_NOMAD_JOB: Schema = {
-    "type": "object",
-    "required": ["ID", "TaskGroups"],
-    "properties": {
-        "ID": {"type": "string", "pattern": r"^[^\s\x00]{1,}$", "maxLength": 128},
-        "Name": {"type": "string"},
-        "Type": {"enum": ["service", "batch", "system", "sysbatch"]},
-        "Priority": {"type": "integer", "minimum": 1, "maximum": 100},
-        "Datacenters": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-        "Meta": _STR_MAP,
-        "Constraints": {
-            "type": ["array", "null"],
-            "items": {"type": "object", "required": ["Operand"]},
-        },
-        "TaskGroups": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "required": ["Name", "Tasks"],
-                "properties": {
-                    "Name": {"type": "string", "minLength": 1},
-                    "Count": {"type": "integer", "minimum": 0},
-                    "Tasks": {"type": "array", "minItems": 1, "items": _NOMAD_TASK},
-                    "Meta": _STR_MAP,
-                },
-            },
-        },
-    },
-}
-
-NOMAD: Schema = {
-    "anyOf": [
-        {"type": "object", "required": ["Job"], "properties": {"Job": _NOMAD_JOB}},
-        _NOMAD_JOB,
-    ]
-}
-
-_ZUN_CONTAINER: Schema = {
-    "type": "object",
-    "required": ["image"],
-    "properties": {
-        "name": {"type": "string"},
-        "image": {"type": "string", "minLength": 1},
-        "command": {"type": ["array", "string", "null"]},
-        "entrypoint": {"type": ["array", "string", "null"]},
-        "cpu": {"type": ["number", "null"], "minimum": 0},
-        "memory": {"type": ["integer", "string", "null"]},
-        "workdir": {"type": ["string", "null"]},
-        "environment": _STR_MAP,
-        "labels": _STR_MAP,
-        "restart_policy": {"type": ["object", "null"]},
-        "exposed_ports": {"type": ["object", "null"]},
-    },
-}
-
-ZUN: Schema = {
-    "anyOf": [
-        {
-            "type": "object",
-            "required": ["template"],
-            "properties": {"template": {"type": ["object", "string"]}},
-        },
-        _ZUN_CONTAINER,
-    ]
-}
-
-BATCH: Schema = {
-    "type": "object",
-    "required": ["id", "commandLine"],
-    "properties": {
-        "id": {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}$"},
-        "displayName": {"type": "string", "maxLength": 1024},
-        "commandLine": {"type": "string", "maxLength": 32768},
-        "containerSettings": {
-            "type": ["object", "null"],
-            "properties": {"imageName": {"type": "string", "minLength": 1}},
-        },
-        "environmentSettings": {
-            "type": ["array", "null"],
-            "items": {
-                "type": "object",
-                "required": ["name"],
-                "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
-            },
-        },
-        "constraints": {"type": ["object", "null"]},
-        "requiredSlots": {"type": "integer", "minimum": 1},
-    },
-}
-
-_REGISTRY: dict[str, Schema] = {"nomad": NOMAD, "zun": ZUN, "batch": BATCH}
+#: Schemas set with ``register_schema`` (they win over the one a backend's spec publishes).
+_REGISTRY: dict[str, Schema] = {}
 
 
 def register_schema(kind: str, schema: Schema | None) -> None:
@@ -298,11 +169,19 @@ def register_schema(kind: str, schema: Schema | None) -> None:
 
 
 def schema_for(kind: str) -> Schema | None:
-    return _REGISTRY.get(kind)
+    """The registered schema of ``kind``, else the one its backend spec publishes."""
+    if kind in _REGISTRY:
+        return _REGISTRY[kind]
+    from translators import plugins
+
+    try:
+        return plugins.load(kind).schema
+    except plugins.PluginError:
+        return None
 
 
 def validate_spec(kind: str, spec: Any) -> None:
-    """Validate ``spec`` against the schema of ``kind``; no schema registered → accepted."""
-    schema = _REGISTRY.get(kind)
+    """Validate ``spec`` against the schema of ``kind``; a backend without one → accepted."""
+    schema = schema_for(kind)
     if schema is not None:
         validate(spec, schema)

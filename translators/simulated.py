@@ -65,10 +65,13 @@ from translators.base import (
     PodRef,
     PodUsage,
     ResolvedPod,
+    Translator,
     TranslatorContext,
     WorkloadState,
 )
+from translators.plugins import BackendSpec
 from translators.quantity import cpu_millis, parse_quantity
+from translators.settings import Kind, Setting, SettingsError, coerce, report, unknown_keys
 
 ANN = "vkgate.io/"
 #: Replaced by the workload's (fake) IP in env values, command and args (status.podIP fieldRefs).
@@ -697,3 +700,53 @@ class _LocalExec:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
             await self._proc.wait()
+
+
+# --------------------------------------------------------------------------- the spec
+
+#: ``[backend.simulated]``: key → (kind, default, lower bound).
+_SETTINGS: dict[str, tuple[Kind, Any, float | None]] = {
+    "start_delay": ("duration", 0.5, None),
+    "state_file": ("str", "", None),
+    "unreachable_file": ("str", "", None),
+    "notify_interval": ("duration", 0.2, None),
+    "exec_local": ("bool", False, None),
+    "cpu": ("str", "16", None),
+    "memory": ("str", "64Gi", None),
+    "pods": ("int", 500, 0),
+    "gpus": ("int", 0, 0),
+}
+
+
+def simulated_settings(
+    table: Mapping[str, Any], environ: Mapping[str, str] = {}, node_name: str = ""
+) -> list[Setting]:
+    """``[backend.simulated]`` validated (``usage`` is a free-form table for tests)."""
+    unknown_keys("backend.simulated", table, [*_SETTINGS, "usage"])
+    values: dict[str, Any] = {}
+    for key, (kind, default, lo) in _SETTINGS.items():
+        dotted = f"backend.simulated.{key}"
+        values[key] = coerce(dotted, kind, table[key], lo=lo) if key in table else default
+    for key in ("cpu", "memory"):
+        try:
+            (cpu_millis if key == "cpu" else parse_quantity)(values[key])
+        except ValueError as exc:
+            raise SettingsError(f"backend.simulated.{key}", str(exc)) from None
+    usage = table.get("usage", {})
+    if not isinstance(usage, Mapping):
+        raise SettingsError("backend.simulated.usage", f"expected a table, got {usage!r}")
+    values["usage"] = dict(usage)
+    return report("backend.simulated", values, table=table)
+
+
+def _factory(ctx: TranslatorContext) -> Translator:
+    simulated_settings(ctx.settings)
+    return SimulatedTranslator(ctx)
+
+
+SPEC = BackendSpec(
+    kind="simulated",
+    factory=_factory,
+    settings=simulated_settings,
+    features=SimulatedTranslator.features,
+)

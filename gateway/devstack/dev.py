@@ -237,8 +237,15 @@ def wait_running(cp: ControlPlane, gw: GatewayProcess, timeout: float) -> tuple[
     return "", why
 
 
+#: Backends the demo can start locally (a Nomad dev agent, or nothing at all).
+DEMO_BACKENDS = ("nomad", "simulated")
+
+
 def run_demo(args: argparse.Namespace, workdir: Path) -> int:
-    backend = getattr(args, "backend", None) or getattr(args, "dev_backend", "nomad")
+    backend = getattr(args, "backend", None) or getattr(args, "dev_backend", None) or "nomad"
+    if backend not in DEMO_BACKENDS:
+        say(f"vkgate dev runs the demo on {' or '.join(DEMO_BACKENDS)}, not {backend!r}")
+        return 2
     needed = CLUSTER_BINARIES + (["nomad"] if backend == "nomad" else [])
     if not ensure_binaries(needed):
         return 1

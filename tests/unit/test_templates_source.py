@@ -1,7 +1,8 @@
 """ConfigMap template source: live reload, validation, rejection with an Event, deletion.
 
 The real Reflector runs against a fake KubeClient whose watch is fed by the test; the
-validator is the real default one (compile + render the sample pods) over fixture templates.
+validator is the real default one (compile + render the sample pods through the real Nomad
+backend), and the ConfigMaps extend the packaged templates as users' do.
 """
 
 from __future__ import annotations
@@ -14,17 +15,23 @@ from typing import Any
 
 import pytest
 
-from gateway import offline
 from gateway.config import TemplateSettings
 from gateway.templates_source import TemplatesSource, renderer_from_settings, templates_of
-from translators.base import ResolvedContainer, ResolvedPod
-from translators.rendering import Renderer, pod_context
+from translators.base import ResolvedContainer, ResolvedPod, TranslatorContext
+from translators.nomad import NomadTranslator
+from translators.rendering import Renderer, packaged_templates_dir
 
-BASE = """{"Job": {"ID": {{ meta.name|tojson }},
-  "Priority": {% block priority %}50{% endblock %},
-  "Meta": {% block meta %}{}{% endblock %},
-  "TaskGroups": [{"Name": "pod", "Tasks": [{"Name": "t", "Driver": "docker"}]}]}}
-"""
+PACKAGED_JOB = (packaged_templates_dir() / "nomad" / "job.j2").read_text()
+META_BLOCK = "{% block meta %}{{ n.meta | tojson }}{% endblock %}"
+
+
+def variant(value: str) -> str:
+    """A Nomad template that marks its job with ``Meta.variant``."""
+    return (
+        '{% extends "nomad/job.j2" %}'
+        f'{{% block meta %}}{{{{ dict(backend_info.meta, variant="{value}") | tojson }}}}'
+        "{% endblock %}"
+    )
 
 
 class FakeKube:
@@ -71,24 +78,15 @@ def pod(namespace: str = "ml") -> ResolvedPod:
     return ResolvedPod(
         namespace=namespace,
         name="web",
-        uid="u",
+        uid="00000000-0000-4000-8000-000000000001",
         node_name="vk",
         pod={"metadata": {"name": "web", "namespace": namespace}, "spec": {}},
         containers=(ResolvedContainer(name="app", image="nginx"),),
     )
 
 
-@pytest.fixture(autouse=True)
-def direct_render(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(offline, "_load_translator", lambda *a, **k: (None, ""))
-
-
 @pytest.fixture
-def renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Renderer:
-    packaged = tmp_path / "packaged"
-    (packaged / "nomad").mkdir(parents=True)
-    (packaged / "nomad" / "job.j2").write_text(BASE)
-    monkeypatch.setattr("translators.rendering.packaged_templates_dir", lambda: packaged)
+def renderer() -> Renderer:
     return Renderer(teams={"ml": "ml"})
 
 
@@ -101,16 +99,17 @@ async def settle(source: TemplatesSource, kube: FakeKube) -> None:
                 return
 
 
-def render_priority(renderer: Renderer, namespace: str = "ml") -> int:
-    p = pod(namespace)
-    name = renderer.select(p, backend="nomad", default="nomad/job.j2").name
-    return renderer.render(name, pod_context(p, backend="nomad", settings={}))["Job"]["Priority"]
+def render_variant(renderer: Renderer, namespace: str = "ml") -> str:
+    """What the real Nomad translator renders for a pod of ``namespace`` (its Meta.variant)."""
+    ctx = TranslatorContext(node_name="vk", settings={}, renderer=renderer)
+    job = NomadTranslator(ctx, environ={}).render_spec(pod(namespace))["Job"]
+    return str(job["Meta"].get("variant", "default"))
 
 
 async def test_live_reload_accept_reject_delete(renderer: Renderer) -> None:
     good = cm(
         "ml-templates",
-        {"nomad__job.j2": '{% extends "nomad/job.j2" %}{% block priority %}80{% endblock %}'},
+        {"nomad__job.j2": variant("80")},
         **{"vkgate.io/team": "ml"},
     )
     kube = FakeKube([good])
@@ -132,33 +131,33 @@ async def test_live_reload_accept_reject_delete(renderer: Renderer) -> None:
             renderer.origin("teams/ml/nomad/job.j2")
             == "configmap vkgate-system/ml-templates key nomad__job.j2"
         )
-        assert render_priority(renderer) == 80
-        assert render_priority(renderer, "other") == 50  # other namespaces: the default
+        assert render_variant(renderer) == "80"
+        assert render_variant(renderer, "other") == "default"  # other namespaces: the default
         assert events.recorded[-1][:3] == ("ml-templates", "Normal", "TemplatesLoaded")
 
         # an update changes the next render
         updated = cm(
             "ml-templates",
-            {"nomad__job.j2": '{% extends "nomad/job.j2" %}{% block priority %}90{% endblock %}'},
+            {"nomad__job.j2": variant("90")},
             rv="2",
             **{"vkgate.io/team": "ml"},
         )
         kube.events.put_nowait({"type": "MODIFIED", "object": updated})
         await settle(source, kube)
-        assert render_priority(renderer) == 90
+        assert render_variant(renderer) == "90"
 
         # a syntax error is rejected; the previous version keeps serving
         broken = cm(
             "ml-templates",
             {
-                "nomad__job.j2": '{% extends "nomad/job.j2" %}\n{% block priority %}{{ 1 + }}{% endblock %}'
+                "nomad__job.j2": '{% extends "nomad/job.j2" %}\n{% block meta %}{{ 1 + }}{% endblock %}'
             },
             rv="3",
             **{"vkgate.io/team": "ml"},
         )
         kube.events.put_nowait({"type": "MODIFIED", "object": broken})
         await settle(source, kube)
-        assert render_priority(renderer) == 90
+        assert render_variant(renderer) == "90"
         name, etype, reason, message = events.recorded[-1]
         assert (name, etype, reason) == ("ml-templates", "Warning", "TemplateRejected")
         assert "teams/ml/nomad/job.j2:2: syntax error" in message
@@ -168,23 +167,23 @@ async def test_live_reload_accept_reject_delete(renderer: Renderer) -> None:
         bad_output = cm(
             "ml-templates",
             {
-                "nomad__job.j2": '{% extends "nomad/job.j2" %}{% block priority %}"high"{% endblock %}'
+                "nomad__job.j2": '{% extends "nomad/job.j2" %}{% block meta %}{"variant": 1}{% endblock %}'
             },
             rv="4",
             **{"vkgate.io/team": "ml"},
         )
         kube.events.put_nowait({"type": "MODIFIED", "object": bad_output})
         await settle(source, kube)
-        assert render_priority(renderer) == 90
+        assert render_variant(renderer) == "90"
         assert (
-            "Job.Priority" in events.recorded[-1][3]
+            "Job.Meta.variant" in events.recorded[-1][3]
             and "sample pod 'plain'" in events.recorded[-1][3]
         )
 
         # deleting the ConfigMap falls back to the default
         kube.events.put_nowait({"type": "DELETED", "object": bad_output})
         await settle(source, kube)
-        assert render_priority(renderer) == 50
+        assert render_variant(renderer) == "default"
         assert changes == [1, 2, 3]
     finally:
         await source.stop()
@@ -217,19 +216,17 @@ async def test_breaking_a_template_others_extend_is_rejected(renderer: Renderer)
         "ADDED",
         cm(
             "team",
-            {"nomad__job.j2": '{% extends "nomad/job.j2" %}{% block priority %}80{% endblock %}'},
+            {"nomad__job.j2": variant("80")},
             **{"vkgate.io/team": "ml"},
         ),
         None,
     )
     assert "teams/ml/nomad/job.j2" in renderer.overlay
-    # a platform ConfigMap replacing nomad/job.j2 with one that has no priority block
+    # a platform ConfigMap replacing nomad/job.j2 with one that has no meta block
+    assert META_BLOCK in PACKAGED_JOB
     await source.handle(
         "ADDED",
-        cm(
-            "platform",
-            {"nomad__job.j2": BASE.replace("{% block priority %}50{% endblock %}", "{{ prio }}")},
-        ),
+        cm("platform", {"nomad__job.j2": PACKAGED_JOB.replace(META_BLOCK, "{{ prio }}")}),
         None,
     )
     assert "nomad/job.j2" not in renderer.overlay

@@ -7,6 +7,7 @@ error mapping), ``spec`` (pod → task JSON), ``submit`` (add-task-collection bu
 ``translator`` (the glue).
 """
 
+from translators.batch.plugin import SPEC
 from translators.batch.translator import BatchTranslator
 
-__all__ = ["BatchTranslator"]
+__all__ = ["SPEC", "BatchTranslator"]

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from translators.settings import SettingsError, coerce
+
 ENV_ACCOUNT = "AZURE_BATCH_ACCOUNT"
 ENV_KEY = "AZURE_BATCH_ACCESS_KEY"
 ENV_ENDPOINT = "AZURE_BATCH_ENDPOINT"
@@ -32,12 +34,11 @@ _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,16}")
 _SECRETISH = re.compile(r"(key|password|secret|token|credential)", re.IGNORECASE)
 
 
-class BatchSettingsError(ValueError):
-    """A ``[backend.batch]`` setting is missing or invalid; ``key`` is its dotted path."""
+class BatchSettingsError(SettingsError):
+    """A ``[backend.batch]`` setting is missing or invalid (``key`` without ``backend.batch.``)."""
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"backend.batch.{key}: {message}")
-        self.key = key
+        super().__init__(f"backend.batch.{key}", message)
 
 
 @dataclass(frozen=True)
@@ -129,39 +130,20 @@ class BatchSettings:
 
 
 def _str(table: Mapping[str, Any], key: str, default: str = "") -> str:
-    value = table.get(key, default)
-    if not isinstance(value, str):
-        raise BatchSettingsError(key, f"expected a string, got {value!r}")
-    return value
+    return str(coerce(f"backend.batch.{key}", "str", table.get(key, default)))
 
 
 def _num(table: Mapping[str, Any], key: str, default: float) -> float:
-    value = table.get(key, default)
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise BatchSettingsError(key, f"expected a number, got {value!r}") from None
-    if isinstance(value, bool) or out < 0:
-        raise BatchSettingsError(key, f"expected a non-negative number, got {value!r}")
-    return out
+    return float(coerce(f"backend.batch.{key}", "float", table.get(key, default), lo=0))
 
 
 def _int(table: Mapping[str, Any], key: str, default: int, *, minimum: int = 0) -> int:
-    value = table.get(key, default)
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise BatchSettingsError(key, f"expected an integer, got {value!r}") from None
-    if isinstance(value, bool) or out < minimum:
-        raise BatchSettingsError(key, f"expected an integer >= {minimum}, got {value!r}")
-    return out
+    return int(coerce(f"backend.batch.{key}", "int", table.get(key, default), lo=minimum))
 
 
 def _choice(table: Mapping[str, Any], key: str, default: str, choices: tuple[str, ...]) -> str:
-    value = _str(table, key, default)
-    if value not in choices:
-        raise BatchSettingsError(key, f"must be one of {', '.join(choices)}, got {value!r}")
-    return value
+    value = table.get(key, default)
+    return str(coerce(f"backend.batch.{key}", "str", value, choices=choices))
 
 
 def sanitize_id(raw: str) -> str:

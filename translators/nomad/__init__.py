@@ -6,6 +6,7 @@ Modules: ``config`` (settings), ``client`` + ``errors`` (HTTP), ``jobs`` (pod â†
 (allocation stats â†’ usage), ``translator`` (ties them together).  Facts: docs/design/nomad.md.
 """
 
+from translators.nomad.plugin import SPEC
 from translators.nomad.translator import NomadTranslator
 
-__all__ = ["NomadTranslator"]
+__all__ = ["SPEC", "NomadTranslator"]

@@ -5,9 +5,9 @@ Precedence is *table > environment > default*: the Nomad CLI's own variables (``
 ``NOMAD_CLIENT_CERT``, ``NOMAD_CLIENT_KEY``, ``NOMAD_SKIP_VERIFY``) work out of the box, and
 an explicit vkgate.toml value always wins over whatever the shell happens to export.
 
-Every key is validated here and a bad one raises ``TranslationError(field="backend.nomad.<key>")``
-so ``vkgate config check`` and the agent's start-up can name it.  The gateway's settings module
-treats backend tables as free-form; this dataclass is their schema.
+Every key is validated here with the shared coercer (``translators.settings``) and a bad one
+raises ``SettingsError`` naming ``backend.nomad.<key>``, so ``vkgate config check`` and the
+agent's start-up report it the same way.  This dataclass is the table's schema.
 
 Per-pod overrides (annotations ``vkgate.io/nomad-namespace``, ``-region``, ``-datacenters``,
 ``-priority``, ``-node-pool``) are read in ``jobs.py``, and every one is behind an allow-list:
@@ -23,18 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from translators.base import TranslationError
 from translators.quantity import cpu_millis, parse_quantity
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+from translators.settings import Kind, SettingsError, coerce
 
 ENV_KEYS = {
     "address": "NOMAD_ADDR",
@@ -46,20 +42,6 @@ ENV_KEYS = {
     "client_key": "NOMAD_CLIENT_KEY",
     "skip_verify": "NOMAD_SKIP_VERIFY",
 }
-
-
-def parse_duration(value: Any, *, key: str) -> float:
-    """``"15s"``, ``"5m"``, ``"250ms"``, ``2`` (seconds) → seconds."""
-    if isinstance(value, bool):
-        raise TranslationError(f"{key}: expected a duration, got {value!r}", field=key)
-    if isinstance(value, int | float):
-        return float(value)
-    m = _DURATION.match(str(value))
-    if not m:
-        raise TranslationError(
-            f"{key}: expected a duration like 15s, 5m, 250ms; got {value!r}", field=key
-        )
-    return float(m.group(1)) * _UNIT[m.group(2)]
 
 
 @dataclass(frozen=True)
@@ -192,87 +174,58 @@ def _key(k: str) -> str:
     return f"backend.nomad.{k}"
 
 
-def _bad(key: str, message: str) -> TranslationError:
-    return TranslationError(f"{_key(key)}: {message}", field=_key(key))
+def _bad(key: str, message: str) -> SettingsError:
+    return SettingsError(_key(key), message)
 
 
-def _str_list(key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",")]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise _bad(key, f"expected a list of strings, got {value!r}")
-    return tuple(v for v in value if v)
+#: key → (kind, lower bound, upper bound) for the keys the shared coercer reads as is.
+_KINDS: dict[str, tuple[Kind, float | None, float | None]] = {
+    "datacenters": ("strings", None, None),
+    "namespaces": ("strings", None, None),
+    "regions": ("strings", None, None),
+    "allowed_datacenters": ("strings", None, None),
+    "node_pools": ("strings", None, None),
+    "skip_verify": ("bool", None, None),
+    "priority": ("int", 1, 100),
+    "max_priority": ("int", 0, 100),
+    "pods": ("int", 0, None),
+    "restart_attempts": ("int", 0, None),
+    "max_connections": ("int", 1, 99),  # Nomad allows 100 connections per client IP
+    "stats_concurrency": ("int", 1, None),
+    "mhz_per_core": ("float", 0, None),
+    "restart_interval": ("duration", None, None),
+    "restart_delay": ("duration", None, None),
+    "timeout": ("duration", None, None),
+    "connect_timeout": ("duration", None, None),
+    "blocking_wait": ("duration", None, None),
+    "stream_idle_timeout": ("duration", None, None),
+    "purge_timeout": ("duration", None, None),
+    "backstop_interval": ("duration", None, None),
+    "retry_backoff": ("durations", None, None),
+}
 
 
 def _coerce(key: str, value: Any) -> Any:
+    if key in _KINDS:
+        kind, lo, hi = _KINDS[key]
+        out = coerce(_key(key), kind, value, lo=lo, hi=hi)
+        if key == "datacenters" and not out:
+            out = ("*",)
+        return out
     try:
-        if key in {"datacenters", "namespaces", "regions", "allowed_datacenters", "node_pools"}:
-            out = _str_list(key, value)
-            if key == "datacenters" and not out:
-                out = ("*",)
-            return out
-        if key in {"skip_verify"}:
-            if isinstance(value, bool):
-                return value
-            if str(value).lower() in {"1", "true", "yes", "on", "0", "false", "no", "off", ""}:
-                return str(value).lower() in {"1", "true", "yes", "on"}
-            raise _bad(key, f"expected true or false, got {value!r}")
-        if key in {
-            "priority",
-            "max_priority",
-            "pods",
-            "restart_attempts",
-            "max_connections",
-            "stats_concurrency",
-        }:
-            if isinstance(value, bool) or not re.fullmatch(r"-?\d+", str(value).strip()):
-                raise _bad(key, f"expected an integer, got {value!r}")
-            n = int(value)
-            if key == "priority" and not 1 <= n <= 100:
-                raise _bad(key, f"must be in 1..100, got {n}")
-            if key == "max_priority" and not 0 <= n <= 100:
-                raise _bad(key, f"must be in 1..100 (0: priority), got {n}")
-            if key == "stats_concurrency" and n < 1:
-                raise _bad(key, f"must be at least 1, got {n}")
-            if key == "max_connections" and not 1 <= n < 100:
-                raise _bad(key, f"must be in 1..99 (Nomad allows 100 per client IP), got {n}")
-            if n < 0:
-                raise _bad(key, f"must not be negative, got {n}")
-            return n
-        if key == "mhz_per_core":
-            f = float(value)
-            if f < 0 or math.isnan(f):
-                raise _bad(key, f"must be >= 0, got {value!r}")
-            return f
-        if key in {
-            "restart_interval",
-            "restart_delay",
-            "timeout",
-            "connect_timeout",
-            "blocking_wait",
-            "stream_idle_timeout",
-            "purge_timeout",
-            "backstop_interval",
-        }:
-            return parse_duration(value, key=_key(key))
-        if key == "retry_backoff":
-            if not isinstance(value, list | tuple):
-                raise _bad(key, f"expected a list of seconds, got {value!r}")
-            return tuple(parse_duration(v, key=_key(key)) for v in value)
         if key == "default_cpu":
             cpu_millis(value)
             return str(value)
         if key == "default_memory":
             parse_quantity(value)
             return str(value)
-        if not isinstance(value, str):
-            raise _bad(key, f"expected a string, got {value!r}")
-        if key == "template" and not value.strip():
-            raise _bad(key, "must name a template (e.g. nomad/job.j2 or nomad/raw_exec.j2)")
-        if key == "address":
-            if not re.match(r"^https?://", value):
-                raise _bad(key, f"expected http(s)://host:port, got {value!r}")
-            return value.rstrip("/")
-        return value
     except ValueError as exc:
         raise _bad(key, str(exc)) from None
+    value = coerce(_key(key), "str", value)
+    if key == "template" and not value.strip():
+        raise _bad(key, "must name a template (e.g. nomad/job.j2 or nomad/raw_exec.j2)")
+    if key == "address":
+        if not re.match(r"^https?://", value):
+            raise _bad(key, f"expected http(s)://host:port, got {value!r}")
+        return value.rstrip("/")
+    return value

@@ -7,6 +7,7 @@ off the event loop), ``client`` (HTTP + microversions + errors), ``spec`` (pod â
 ``exec``, ``translator`` (the per-node object).
 """
 
+from translators.zun.plugin import SPEC
 from translators.zun.translator import ZunTranslator
 
-__all__ = ["ZunTranslator"]
+__all__ = ["SPEC", "ZunTranslator"]

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from translators.settings import SettingsError, coerce
+
 #: Keys passed through to keystoneauth (``auth`` section of a clouds.yaml entry).
 AUTH_KEYS = (
     "auth_url",
@@ -35,12 +37,11 @@ AUTH_KEYS = (
 )
 
 
-class ZunConfigError(ValueError):
-    """A ``[backend.zun]`` setting is invalid; ``key`` is its dotted path."""
+class ZunConfigError(SettingsError):
+    """A ``[backend.zun]`` setting is invalid (``key`` given without the ``backend.zun.``)."""
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"backend.zun.{key}: {message}")
-        self.key = f"backend.zun.{key}"
+        super().__init__(f"backend.zun.{key}", message)
 
 
 @dataclass(frozen=True)
@@ -119,28 +120,16 @@ HELP: dict[str, str] = {
 
 
 def _strings(key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ZunConfigError(key, f"expected a list of strings, got {value!r}")
+    out: tuple[str, ...] = coerce(f"backend.zun.{key}", "strings", value)
+    return out
 
 
 def _bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in {"1", "true", "yes", "on", "0", "false", "no"}:
-        return value.lower() in {"1", "true", "yes", "on"}
-    raise ZunConfigError(key, f"expected true or false, got {value!r}")
+    return bool(coerce(f"backend.zun.{key}", "bool", value))
 
 
 def _number(key: str, value: Any, kind: type[int] | type[float]) -> Any:
-    if isinstance(value, bool):
-        raise ZunConfigError(key, f"expected a number, got {value!r}")
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ZunConfigError(key, f"expected a number, got {value!r}") from None
+    return coerce(f"backend.zun.{key}", "int" if kind is int else "float", value)
 
 
 def parse_microversion(text: str) -> tuple[int, int]:

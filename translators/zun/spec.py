@@ -461,8 +461,10 @@ class SpecBuilder:
 
         The Zun object follows the pod's shape, so ``container.j2`` and ``capsule.j2`` are a
         pair: asking for one where the pod needs the other picks its twin in the same
-        directory.  Any other template serves both kinds and sees ``backend_info.kind``
-        (e.g. ``{% extends "zun/" ~ backend_info.kind ~ ".j2" %}``)."""
+        directory, or the packaged twin when that directory has none (a team that customised
+        only ``container.j2`` still gets capsules for its multi-container pods).  Any other
+        template serves both kinds and sees ``backend_info.kind`` (e.g.
+        ``{% extends "zun/" ~ backend_info.kind ~ ".j2" %}``)."""
         default = f"zun/{kind}.j2"
         name = pod.template
         if not name:
@@ -472,8 +474,7 @@ class SpecBuilder:
         if base in ("container.j2", "capsule.j2") and base != f"{kind}.j2":
             twin = f"{head}/{kind}.j2" if head else f"{kind}.j2"
             exists = getattr(self.renderer, "exists", None)
-            if exists is None or exists(twin):
-                return twin
+            return twin if exists is None or exists(twin) else default
         return name
 
     def _prepare(

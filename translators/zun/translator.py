@@ -28,7 +28,7 @@ import contextlib
 import datetime as _dt
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -116,6 +116,22 @@ class _Entry:
     images: dict[str, str] = field(default_factory=dict)
 
 
+def zun_features(cfg: ZunConfig, supports: Callable[[str], bool]) -> Features:
+    """What a Zun at the microversion ``supports`` answers for can run, under ``cfg``."""
+    capsules = cfg.capsules and supports("capsules")
+    pod_features = {"sidecars"} if capsules else set()
+    if capsules and supports("capsule_init_containers"):
+        pod_features.add("initContainers")
+    volume_kinds = {"projected"}  # only the ServiceAccount token volume, which is skipped
+    if cfg.cinder_volumes:
+        volume_kinds.add("emptyDir")
+    return Features(
+        volume_kinds=frozenset(volume_kinds),
+        pod_features=frozenset(pod_features),
+        updatable_fields=frozenset({"metadata.labels", "metadata.annotations"}),
+    )
+
+
 class ZunTranslator:
     kind = "zun"
 
@@ -170,18 +186,7 @@ class ZunTranslator:
     # -- features ------------------------------------------------------------------------
 
     def _features(self) -> Features:
-        capsules = self.cfg.capsules and self.client.supports("capsules")
-        pod_features = {"sidecars"} if capsules else set()
-        if capsules and self.client.supports("capsule_init_containers"):
-            pod_features.add("initContainers")
-        volume_kinds = {"projected"}  # only the ServiceAccount token volume, which is skipped
-        if self.cfg.cinder_volumes:
-            volume_kinds.add("emptyDir")
-        return Features(
-            volume_kinds=frozenset(volume_kinds),
-            pod_features=frozenset(pod_features),
-            updatable_fields=frozenset({"metadata.labels", "metadata.annotations"}),
-        )
+        return zun_features(self.cfg, self.client.supports)
 
     def _flags(self) -> dict[str, Any]:
         return feature_flags(self.client.version)

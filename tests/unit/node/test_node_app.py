@@ -12,13 +12,13 @@ import httpx
 import pytest
 from node_fakes import FakeApi, FakeTranslator, settle
 
-from gateway import app as app_mod
 from gateway.app import App, load_translator
 from gateway.clock import FakeClock
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
 from gateway.logging_setup import setup_logging
+from translators import plugins
 from translators.simulated import SimulatedTranslator
 
 
@@ -30,7 +30,7 @@ def make_settings() -> Settings:
 
 def test_loads_configured_translator_by_entry_point():
     s = make_settings()
-    s.backend.simulated = {"start_delay": 0.1}
+    s.backend.tables["simulated"] = {"start_delay": 0.1}
     t = load_translator(s)
     assert isinstance(t, SimulatedTranslator)
     assert t.node_name == "vk-test"
@@ -40,22 +40,26 @@ def test_loads_configured_translator_by_entry_point():
 def test_unknown_backend_is_a_clear_startup_error():
     s = make_settings()
     s.backend.kind = "nope"
-    with pytest.raises(StartupError, match=r"backend\.kind = 'nope'.*vkgate\.translators"):
+    with pytest.raises(
+        StartupError, match=r"backend\.kind: no backend 'nope'.*vkgate\.translators"
+    ):
         load_translator(s)
 
 
 def test_translator_import_failure_names_the_extra(monkeypatch: pytest.MonkeyPatch):
     class BrokenEP:
-        value = "translators.zun:ZunTranslator"
+        value = "translators.zun:SPEC"
 
         def load(self) -> Any:
             raise ImportError("No module named 'keystoneauth1'")
 
-    monkeypatch.setattr(app_mod, "entry_points", lambda group, name: [BrokenEP()])
+    monkeypatch.setattr(plugins, "entry_points", lambda group, name: [BrokenEP()])
+    plugins.load.cache_clear()
     s = make_settings()
     s.backend.kind = "zun"
     with pytest.raises(StartupError, match=r"keystoneauth1.*vkgate\[zun\]"):
         load_translator(s)
+    plugins.load.cache_clear()
 
 
 class Recording(FakeTranslator):

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from translators.batch.settings import BatchSettingsError, parse_settings
+from translators.batch.settings import parse_settings
+from translators.settings import SettingsError
 
 KEY = "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="
 BASE = {
@@ -44,9 +45,9 @@ def test_defaults() -> None:
     ],
 )
 def test_errors_name_the_key(override: dict[str, Any], key: str) -> None:
-    with pytest.raises(BatchSettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         parse(**override)
-    assert err.value.key == key
+    assert err.value.key == f"backend.batch.{key}"
     assert str(err.value).startswith(f"backend.batch.{key}:")
 
 
@@ -69,9 +70,9 @@ def test_without_a_shared_key_auto_picks_azure_identity_and_shared_key_needs_one
     assert parse_settings(table, node_name="vk", environ={}).auth == "azure_identity"
     env = {"AZURE_BATCH_ACCESS_KEY": KEY}
     assert parse_settings(table, node_name="vk", environ=env).auth == "shared_key"
-    with pytest.raises(BatchSettingsError) as err:
+    with pytest.raises(SettingsError) as err:
         parse_settings({**table, "auth": "shared_key"}, node_name="vk", environ={})
-    assert err.value.key == "account_key"
+    assert err.value.key == "backend.batch.account_key"
 
 
 def test_azure_identity_needs_no_key() -> None:

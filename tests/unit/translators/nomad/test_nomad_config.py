@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from translators.base import TranslationError
 from translators.nomad.config import NomadConfig
+from translators.settings import SettingsError
 
 
 def test_defaults_are_safe() -> None:
@@ -81,7 +81,7 @@ def test_durations_lists_and_numbers_are_parsed() -> None:
         ({"adress": "x"}, "backend.nomad.adress", "unknown setting"),
         ({"address": "nomad:4646"}, "backend.nomad.address", "http(s)://"),
         ({"priority": 0}, "backend.nomad.priority", "1..100"),
-        ({"max_connections": 100}, "backend.nomad.max_connections", "100 per client IP"),
+        ({"max_connections": 100}, "backend.nomad.max_connections", "1..99"),
         ({"skip_verify": "maybe"}, "backend.nomad.skip_verify", "true or false"),
         ({"timeout": "soon"}, "backend.nomad.timeout", "duration"),
         ({"default_cpu": "lots"}, "backend.nomad.default_cpu", "invalid quantity"),
@@ -94,9 +94,9 @@ def test_durations_lists_and_numbers_are_parsed() -> None:
     ],
 )
 def test_bad_settings_name_the_key(table: dict[str, object], key: str, text: str) -> None:
-    with pytest.raises(TranslationError) as err:
+    with pytest.raises(SettingsError) as err:
         NomadConfig.from_settings(table, environ={})
-    assert err.value.field == key
+    assert err.value.key == key
     assert key in str(err.value) and text in str(err.value)
 
 
@@ -109,5 +109,5 @@ def test_allowed_namespaces_and_regions_include_the_configured_one() -> None:
 
 @pytest.mark.parametrize("value", ["", "   "])
 def test_an_empty_template_setting_is_a_config_error(value: str) -> None:
-    with pytest.raises(TranslationError, match=r"backend\.nomad\.template: must name a template"):
+    with pytest.raises(SettingsError, match=r"backend\.nomad\.template: must name a template"):
         NomadConfig.from_settings({"template": value}, environ={})

@@ -52,3 +52,19 @@ def test_asking_for_container_j2_on_a_multi_container_pod_renders_its_capsule_tw
         "busybox:1.36",
         "busybox:1.36",
     ]
+
+
+def test_a_team_template_chosen_by_render_with_no_capsule_twin_falls_back_to_the_packaged_one() -> (
+    None
+):
+    """`vkgate render`/`templates check` set pod.template to the team's container.j2; a
+    multi-container pod of that team needs a capsule, which the team did not customise."""
+    renderer = Renderer(overlay={"teams/ml/zun/container.j2": TEAM_CONTAINER})
+    pod = simple_pod("pair")
+    pod["spec"]["containers"].append({"name": "b", "image": "busybox:1.36"})
+    resolved = dataclasses.replace(
+        resolved_pod(pod, template="teams/ml/zun/container.j2"), team="ml"
+    )
+    spec = builder(renderer).render(resolved, feature_flags((1, 40)))
+    assert (spec.kind, spec.template) == ("capsule", "zun/capsule.j2")
+    assert len(spec.body["template"]["spec"]["containers"]) == 2

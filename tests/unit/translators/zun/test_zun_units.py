@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from translators.base import LogOptions
+from translators.settings import SettingsError
 from translators.zun.auth import KeystoneAuth, describe, load_cloud_region
 from translators.zun.capacity import Usage, capacity_from_quotas, usage_of
 from translators.zun.config import ZunConfigError, load_config
@@ -49,7 +50,7 @@ def test_settings_parse_lists_numbers_and_flat_auth_keys() -> None:
     ],
 )
 def test_bad_settings_name_the_key(table: dict, key: str) -> None:
-    with pytest.raises(ZunConfigError) as info:
+    with pytest.raises(SettingsError) as info:
         load_config(table)
     assert info.value.key == key
     assert str(info.value).startswith(key)
