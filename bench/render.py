@@ -166,8 +166,12 @@ def bench_templates(
         backend = backend_of(name)
         sr = srs[backend]
         for sample in load_samples():
-            pod: ResolvedPod = resolve(sample.inputs, node_name=NODE, features=sr.features).pod
-            pod = dataclasses.replace(pod, template=name)
+            resolved = resolve(sample.inputs, node_name=NODE, features=sr.features, backend=backend)
+            if resolved.pod is None:  # the agent refuses this pod for this backend
+                note = "refused: " + "; ".join(resolved.errors)
+                rows.append(RenderRow(name, sample.name, sr.via, None, None, None, note=note))
+                continue
+            pod: ResolvedPod = dataclasses.replace(resolved.pod, template=name)
             try:
                 spec = sr.render(pod)
             except UnsupportedError as exc:

@@ -24,30 +24,26 @@ credentials).  A backend that cannot be built offline is an error naming why, ne
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
-from gateway.pods.env import (
-    EnvSources,
-    container_role,
-    resolve_container_env,
-    resolved_container,
-)
-from gateway.pods.pullsecrets import pull_secret_names, resolve_pull_secrets
+from gateway.pods.env import Lookup
+from gateway.pods.resolve import Kind, Resolver
 from translators import plugins
 from translators.base import (
     JSON,
     Features,
     Renderable,
-    ResolvedContainer,
     ResolvedPod,
     TranslatorContext,
 )
@@ -55,6 +51,7 @@ from translators.rendering import TEAM_LABEL, Renderer
 from translators.settings import SettingsError
 
 log = logging.getLogger("gateway.offline")
+T = TypeVar("T")
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "templates" / "samples"
 
@@ -135,9 +132,11 @@ def _secret_data(secret: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Resolved:
-    pod: ResolvedPod
+    #: None when the live agent would not start the pod (``errors`` says why).
+    pod: ResolvedPod | None
     notes: list[str] = field(default_factory=list)
-    #: Errors the live agent would report (CreateContainerConfigError / FailedMount).
+    #: Why the live agent would not start this pod (admission, CreateContainerConfigError,
+    #: FailedMount); the rendered spec is then not what it would submit — there is none.
     errors: list[str] = field(default_factory=list)
 
 
@@ -185,80 +184,94 @@ def _placeholder(kind: str, name: str, keys: set[str]) -> dict[str, Any]:
     return {"kind": kind, "metadata": {"name": name}, "data": data}
 
 
+class FileLookups:
+    """The offline adapter of the resolver's ``Lookups`` port: objects from the input file.
+
+    A ConfigMap or Secret the pod's env or volumes reference but the file lacks is a
+    placeholder whose referenced keys read ``<configmap NAME KEY>`` / ``<secret NAME KEY>`` (a
+    note says so); a pull secret the file lacks is not found, as it would be in the cluster.
+    There are no Services offline, and a projected ServiceAccount token reads
+    ``<serviceaccount token>``."""
+
+    def __init__(self, inputs: Inputs, *, team: str = "") -> None:
+        self.inputs = inputs
+        self._team = team
+        self.notes: list[str] = []
+        self._referenced = dict(
+            zip(("configmaps", "secrets"), _references(inputs.pod), strict=True)
+        )
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> Lookup:
+        table = self.inputs.configmaps if kind == "configmaps" else self.inputs.secrets
+        if name in table:
+            return table[name]
+        keys = self._referenced[kind].get(name)
+        if keys is None:
+            return None
+        singular = kind[:-1]
+        self.notes.append(f"{singular} {name!r} is not in the file: placeholder values")
+        return _placeholder(singular, name, keys)
+
+    async def services(self, namespace: str) -> list[dict[str, Any]]:
+        return []
+
+    async def team(self, namespace: str) -> str:
+        if self._team:
+            return self._team
+        labels = ((self.inputs.namespace or {}).get("metadata") or {}).get("labels") or {}
+        return str(labels.get(TEAM_LABEL, ""))
+
+    async def token(self, pod: Mapping[str, Any], key: Any) -> str:
+        return "<serviceaccount token>"
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code, also when called inside an event loop (the
+    ConfigMap validator runs in the agent's loop): then in a thread with a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def resolve(
     inputs: Inputs,
     *,
     node_name: str,
     team: str = "",
     features: Features | None = None,
+    backend: str = "",
+    host_ip: str = "127.0.0.1",
+    allocatable: Mapping[str, str] | None = None,
+    teams: Mapping[str, str] | None = None,
 ) -> Resolved:
-    """Resolve ``inputs`` into the ``ResolvedPod`` the live agent would build."""
+    """Resolve ``inputs`` with the agent's own ``Resolver`` (see ``FileLookups``).
+
+    ``team`` (``--team``) wins over the Namespace document's label; ``teams`` is the config's
+    namespace → team map; ``host_ip`` and ``allocatable`` stand for the node's."""
     pod = inputs.pod
-    meta = pod["metadata"]
-    spec = pod["spec"]
-    notes: list[str] = []
-    errors: list[str] = []
-    cm_refs, secret_refs = _references(pod)
-    configmaps: dict[str, Any] = dict(inputs.configmaps)
-    secrets: dict[str, Any] = dict(inputs.secrets)
-    for table, refs, kind in ((configmaps, cm_refs, "configmap"), (secrets, secret_refs, "secret")):
-        for name, keys in sorted(refs.items()):
-            if name not in table:
-                table[name] = _placeholder(kind, name, keys)
-                notes.append(f"{kind} {name!r} is not in the file: placeholder values")
-    sources = EnvSources(
-        configmaps=configmaps,
-        secrets=secrets,
-        services=(),
-        pod_ips=("10.0.0.1",),
-        host_ips=("127.0.0.1",),
-        enable_service_links=False,
+    lookups = FileLookups(inputs, team=team)
+    resolver = Resolver(
+        lookups,
+        features=features or Features(),
+        backend=backend or "selected",
+        node_name=str((pod.get("spec") or {}).get("nodeName") or node_name),
+        host_ip=lambda: host_ip,
+        allocatable=lambda: dict(allocatable or {}),
+        teams=teams,
     )
-    team_source = "--team" if team else ""
-    if not team and inputs.namespace is not None:
-        team = str(
-            ((inputs.namespace.get("metadata") or {}).get("labels") or {}).get(TEAM_LABEL, "")
-        )
-    features = features or Features()
-
-    def container(c: Mapping[str, Any], role: str) -> ResolvedContainer:
-        result = resolve_container_env(pod, c, sources)
-        errors.extend(f"container {c.get('name')}: {result.error}" for _ in [0] if result.error)
-        return resolved_container(c, result, role)
-
-    inits = tuple(
-        container(c, container_role(c, "initContainers")) for c in spec.get("initContainers") or []
-    )
-    mains = tuple(container(c, "main") for c in spec.get("containers") or [])
-    volumes: tuple[Any, ...] = ()
-    try:
-        from gateway.pods.volumes import resolve_volumes
-    except ImportError:  # pragma: no cover - the pods package always ships it
-        notes.append("volume resolution unavailable: volumes omitted")
-    else:
-        vr = resolve_volumes(pod, sources, supported_kinds=features.volume_kinds)
-        volumes = vr.volumes
-        if vr.error:
-            errors.append(vr.error)
-        notes.extend(
-            f"volume {n!r} ({k}) is not supported by this backend" for n, k in vr.unsupported
-        )
-    pulls = resolve_pull_secrets(pod, {n: inputs.secrets.get(n) for n in pull_secret_names(pod)})
-    notes.extend(f"{e.reason}: {e.message}" for e in pulls.events)
-    resolved = ResolvedPod(
-        namespace=str(meta["namespace"]),
-        name=str(meta["name"]),
-        uid=str(meta["uid"]),
-        node_name=str(spec.get("nodeName") or node_name),
-        pod=pod,
-        containers=mains,
-        init_containers=inits,
-        volumes=volumes,
-        team=team,
-        team_source=team_source,
-        host_ip="127.0.0.1",
-        registry_credentials=pulls.credentials,
-    )
+    res = _run(resolver.resolve(pod))
+    notes = list(dict.fromkeys(lookups.notes))
+    notes += [f"{e.reason}: {e.message}" for e in res.events]
+    errors = [u.message for u in res.unsupported]
+    errors += [f"container {c}: {reason}: {msg}" for c, (reason, msg) in res.waiting.items()]
+    if res.mount_error:
+        errors.append(f"FailedMount: {res.mount_error}")
+    resolved = res.pod
+    if resolved is not None and team:
+        resolved = dataclasses.replace(resolved, team_source="--team")
     return Resolved(resolved, notes, errors)
 
 
@@ -413,10 +426,13 @@ def check_templates(
             continue
         team = name.split("/")[1] if name.startswith("teams/") else ""
         for sample in samples:
-            resolved = resolve(
-                sample.inputs, node_name=node_name, team=team, features=sr.features
-            ).pod
-            pod = dataclasses.replace(resolved, template=name, team=team)
+            res = resolve(
+                sample.inputs, node_name=node_name, team=team, features=sr.features, backend=backend
+            )
+            if res.pod is None:  # the agent itself refuses this pod for this backend
+                results.append(CheckResult(name, sample.name, "unsupported", "; ".join(res.errors)))
+                continue
+            pod = dataclasses.replace(res.pod, template=name, team=team)
             try:
                 with renderer.unrestricted():
                     sr.render(pod)

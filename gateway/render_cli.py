@@ -109,10 +109,31 @@ def render_main(
         print(f"vkgate render: {exc}", file=err)
         return 1
     resolved = resolve(
-        inputs, node_name=settings.node.name, team=args.team or "", features=spec_renderer.features
+        inputs,
+        node_name=settings.node.name,
+        team=args.team or "",
+        features=spec_renderer.features,
+        backend=backend,
+        host_ip=settings.node.internal_ip or "127.0.0.1",
+        allocatable=settings.node.capacity,
+        teams=settings.templates.teams,
     )
+    if resolved.pod is None:
+        if args.explain:
+            _print_explain(
+                err,
+                source=inputs.source,
+                backend=backend,
+                sr=spec_renderer,
+                notes=resolved.notes,
+                choice=None,
+            )
+        for error in resolved.errors:
+            print(f"vkgate render: the agent would not start this pod: {error}", file=err)
+        return 1
+    pod = resolved.pod
     try:
-        spec, choice = render_pod(spec_renderer, resolved.pod, override=args.template or "")
+        spec, choice = render_pod(spec_renderer, pod, override=args.template or "")
     except (TranslationError, UnsupportedError) as exc:
         if args.explain:
             _print_explain(
@@ -121,7 +142,6 @@ def render_main(
                 backend=backend,
                 sr=spec_renderer,
                 notes=resolved.notes,
-                errors=resolved.errors,
                 choice=None,
             )
         print(f"vkgate render: {_describe_error(exc)}", file=err)
@@ -136,11 +156,10 @@ def render_main(
             backend=backend,
             sr=spec_renderer,
             notes=resolved.notes,
-            errors=resolved.errors,
             choice=choice,
         )
     if not args.show_secrets:
-        spec = mask_secrets(spec, resolved.pod)
+        spec = mask_secrets(spec, pod)
     try:
         json.dump(spec, out, indent=2, ensure_ascii=False)
         out.write("\n")
@@ -163,7 +182,6 @@ def _print_explain(
     backend: str,
     sr: SpecRenderer,
     notes: list[str],
-    errors: list[str],
     choice: Any,
 ) -> None:
     lines = [f"pod file: {source}", f"backend: {backend}; rendered by {sr.via}"]
@@ -175,7 +193,6 @@ def _print_explain(
     lines.append("  - ConfigMaps labelled vkgate.io/templates=true (live agent only; none offline)")
     lines.extend(f"  - {d}" for d in sr.renderer.dirs)
     lines.extend(f"note: {n}" for n in notes)
-    lines.extend(f"warning: the live agent would not start this pod: {e}" for e in errors)
     for line in lines:
         print(f"# {line}", file=err)
 

@@ -382,7 +382,8 @@ class Features:
     #: inside ``$(VAR)`` expansions) when the pod IP is not known before create.  Empty: the
     #: gateway substitutes the node InternalIP (right for host-network backends).
     pod_ip_placeholder: str = ""
-    #: Most containers per pod the backend accepts (None: no limit).
+    #: Most main containers (``spec.containers``) per pod the backend accepts (None: no
+    #: limit); init containers and sidecars are the ``pod_features`` of those names.
     max_containers: int | None = None
 
 

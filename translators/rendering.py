@@ -336,10 +336,10 @@ class Renderer:
         default = self.defaults.get(backend) or default
         team = self.team_of(pod)
         steps: list[str] = []
-        if not pod.team:
-            source = "the team map in config (templates.teams)"
+        if pod.team:
+            source = pod.team_source or f"the namespace label {TEAM_LABEL}"
         else:
-            source = pod.team_source or "the namespace label vkgate.io/team"
+            source = "the team map in config (templates.teams)"
         steps.append(f"team: {team!r} (from {source})" if team else "team: none")
         annotations = (pod.pod.get("metadata", {}) or {}).get("annotations", {}) or {}
         requested = override or pod.template or annotations.get(ANNOTATION, "")

@@ -106,6 +106,7 @@ class PodController:
             host_ip=host_ip,
             allocatable=allocatable,
             enable_service_links=ps.enable_service_links,
+            teams=settings.templates.teams,
         )
         self.sync = PodSync(
             kube=kube,

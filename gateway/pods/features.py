@@ -84,7 +84,9 @@ def check_pod(pod: Mapping[str, Any], features: Features, *, backend: str) -> li
             )
         )
     spec = pod.get("spec") or {}
-    count = len(spec.get("containers") or []) + len(spec.get("initContainers") or [])
+    # Main containers only: init containers and sidecars are the features of the same names
+    # (Batch runs one container per task and chains init containers as tasks of their own).
+    count = len(spec.get("containers") or [])
     if features.max_containers is not None and count > features.max_containers:
         out.append(
             Unsupported(

@@ -19,8 +19,13 @@ missing pull secret (404) is a Warning event, an unreadable one holds the pod an
 
 Services (for service link variables) are listed per namespace and cached for the same
 interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod.  The team is
-the namespace label ``vkgate.io/team`` (cached; if the namespace cannot be read the renderer falls
-back to the config's namespace → team map).
+the namespace label ``vkgate.io/team`` (cached), else the config's namespace → team map
+(``templates.teams``); ``ResolvedPod.team_source`` says which.
+
+**One resolver, two adapters.**  ``Resolver`` reads the cluster only through the ``Lookups``
+port: ``RefCache`` is the live adapter (the API server, cached), ``gateway.offline.FileLookups``
+the offline one (objects from a YAML file).  ``vkgate render`` therefore resolves a pod with
+exactly the agent's rules — admission, env and volume errors, the pod IP placeholder, the team.
 
 **status.podIP before the backend assigned one** (docs/design/kubelet-contract.md, "Environment
 resolution"; Go VK fails these fieldRefs):
@@ -39,7 +44,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from gateway.clock import Clock, SystemClock
 from gateway.kube.client import KubeClient
@@ -76,6 +81,18 @@ def _rv(obj: Lookup) -> str:
     if isinstance(obj, Mapping):
         return str((obj.get("metadata") or {}).get("resourceVersion") or "")
     return "" if obj is None else "error"
+
+
+class Lookups(Protocol):
+    """What resolution reads from the cluster (the port; ``RefCache`` is the live adapter)."""
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> Lookup: ...
+
+    async def services(self, namespace: str) -> list[dict[str, Any]] | ReadError: ...
+
+    async def team(self, namespace: str) -> str: ...
+
+    async def token(self, pod: Mapping[str, Any], key: volmod.TokenKey) -> str | ReadError: ...
 
 
 class RefCache:
@@ -272,10 +289,17 @@ def references(pod: Mapping[str, Any]) -> set[RefKey]:
     }
 
 
+#: Where ``ResolvedPod.team`` came from (``vkgate render --explain`` prints it).
+TEAM_FROM_LABEL = f"the namespace label {TEAM_LABEL}"
+TEAM_FROM_CONFIG = "the team map in config (templates.teams)"
+
+
 class Resolver:
+    """A pod → ``ResolvedPod`` (or why not), the same live and offline (see the module doc)."""
+
     def __init__(
         self,
-        refs: RefCache,
+        refs: Lookups,
         *,
         features: Features,
         backend: str,
@@ -283,8 +307,11 @@ class Resolver:
         host_ip: Callable[[], str],
         allocatable: Callable[[], Mapping[str, str]],
         enable_service_links: bool = True,
+        teams: Mapping[str, str] | None = None,
     ) -> None:
         self.refs = refs
+        #: namespace → team, for namespaces without the team label (``templates.teams``).
+        self.teams = dict(teams or {})
         self.features = features
         self.backend = backend
         self.node_name = node_name
@@ -370,6 +397,7 @@ class Resolver:
         if out.blocked:
             return out
 
+        team, source = await self.team(ns)
         resolved = ResolvedPod(
             namespace=ns,
             name=str(meta.get("name", "")),
@@ -379,7 +407,8 @@ class Resolver:
             containers=tuple(containers["containers"]),
             init_containers=tuple(containers["initContainers"]),
             volumes=vols.volumes,
-            team=await self.refs.team(ns),
+            team=team,
+            team_source=source,
             host_ip=host,
             registry_credentials=pulls.credentials,
         )
@@ -387,6 +416,15 @@ class Resolver:
         skip = {t.encode() for t in tokens.values() if isinstance(t, str)}
         out.fingerprint = fingerprint(resolved, skip_contents=skip)
         return out
+
+    async def team(self, namespace: str) -> tuple[str, str]:
+        """(team, where it came from): the namespace label, else ``templates.teams``."""
+        label = await self.refs.team(namespace)
+        if label:
+            return label, TEAM_FROM_LABEL
+        if self.teams.get(namespace):
+            return self.teams[namespace], TEAM_FROM_CONFIG
+        return "", ""
 
     async def _pull_secrets(
         self, pod: Mapping[str, Any], ns: str, lookups: Mapping[RefKey, Lookup]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -362,19 +363,103 @@ def test_samples_cover_the_catalogue() -> None:
     assert (packaged_templates_dir() / "samples").is_dir()
 
 
+def resolve_for(backend: str, inputs: offline.Inputs, **kw: Any) -> offline.Resolved:
+    from translators import plugins
+
+    return offline.resolve(
+        inputs, node_name="vk", features=plugins.load(backend).features, backend=backend, **kw
+    )
+
+
 def test_samples_resolve_without_errors() -> None:
     for sample in offline.load_samples():
-        resolved = offline.resolve(sample.inputs, node_name="vk")
+        resolved = resolve_for("nomad", sample.inputs)
         assert resolved.errors == [], sample.name
-        assert resolved.pod.containers, sample.name
+        assert resolved.pod is not None and resolved.pod.containers, sample.name
     env_sample = next(s for s in offline.load_samples() if s.name == "env-volumes-secrets")
-    pod = offline.resolve(env_sample.inputs, node_name="vk").pod
+    pod = resolve_for("nomad", env_sample.inputs).pod
+    assert pod is not None
     env = {e.name: e for e in pod.containers[0].env}
     assert env["DB_PASSWORD"].value == "s3cr3t-passw0rd" and env["DB_PASSWORD"].secret
     assert {v.kind for v in pod.volumes} == {"configMap", "secret", "emptyDir"}
     init = next(s for s in offline.load_samples() if s.name == "init-sidecar")
-    roles = [c.role for c in offline.resolve(init.inputs, node_name="vk").pod.init_containers]
-    assert roles == ["init", "sidecar"]
+    init_pod = resolve_for("nomad", init.inputs).pod
+    assert init_pod is not None
+    assert [c.role for c in init_pod.init_containers] == ["init", "sidecar"]
+
+
+# -- offline resolution is the agent's: the same Resolver, over objects from the file ---------
+
+HOST_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: root, namespace: default}
+spec:
+  hostNetwork: true
+  containers:
+    - name: app
+      image: busybox
+      securityContext: {privileged: true}
+"""
+
+
+def test_render_refuses_what_the_agent_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(HOST_POD)
+    code, out, err = run(capsys, "render", str(pod), "--backend", "nomad")
+    assert code == 1 and out == ""
+    assert "the agent would not start this pod: spec.hostNetwork" in err
+    assert "spec.containers[app].securityContext.privileged" in err
+
+
+def test_a_container_whose_env_cannot_resolve_is_not_rendered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        POD.replace(
+            "key: db}}}",
+            "key: db}}}\n        - {name: X, valueFrom: {configMapKeyRef: {name: cfg, key: nope}}}",
+        )
+    )
+    code, out, err = run(capsys, "render", str(pod), "--backend", "nomad")
+    assert code == 1 and out == ""
+    assert "container app: CreateContainerConfigError" in err and "nope" in err
+
+
+def test_the_pod_ip_is_the_backends_placeholder_not_an_invented_address() -> None:
+    from translators import plugins
+
+    text = POD.replace(
+        'args: ["--db=$(DB)"]',
+        'args: ["--ip=$(IP)"]\n      env:\n        - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}',
+    ).replace("      env:\n        - {name: DB", "        - {name: DB", 1)
+    for backend in ("nomad", "simulated"):
+        pod = resolve_for(backend, offline.parse_inputs(text)).pod
+        assert pod is not None
+        placeholder = plugins.load(backend).features.pod_ip_placeholder
+        assert placeholder and pod.containers[0].args == (f"--ip={placeholder}",)
+    pod = resolve_for("batch", offline.parse_inputs(text), host_ip="10.1.2.3").pod
+    assert pod is not None and pod.containers[0].args == ("--ip=10.1.2.3",)  # host network
+
+
+def test_the_team_from_the_config_map_reaches_the_template(
+    tdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        POD.split("---\napiVersion: v1\nkind: Namespace", maxsplit=1)[0]
+    )  # no Namespace label
+    conf = tmp_path / "vkgate.toml"
+    conf.write_text(f'[templates]\ndirs = ["{tdir}"]\n[templates.teams]\nml = "ml"\n')
+    code, out, err = run(
+        capsys, "render", str(pod), "--backend", "nomad", "-c", str(conf), "--explain"
+    )
+    assert code == 0, err
+    assert json.loads(out)["Job"]["Meta"]["team"] == "ml"  # {{ team }} is set, as live
+    assert "team: 'ml' (from the team map in config (templates.teams))" in err
 
 
 def test_explain_names_one_source_for_the_team(

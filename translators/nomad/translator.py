@@ -116,7 +116,9 @@ class NomadTranslator:
     kind = "nomad"
     features = Features(
         volume_kinds=frozenset({"configMap", "secret", "projected", "downwardAPI", "emptyDir"}),
-        pod_features=frozenset({"initContainers", "sidecars"}),
+        # hostPort: a group ReservedPorts entry (jobs.py; docs/design/nomad.md, "Pod to job
+        # mapping").  Declared so that admission lets through what the translator maps.
+        pod_features=frozenset({"initContainers", "sidecars", "hostPort"}),
         updatable_fields=frozenset(
             {"metadata.labels", "metadata.annotations", "spec.containers[*].image"}
         ),

@@ -65,8 +65,8 @@ def test_pod_renders_to_expected_nomad_job(golden_case: Path, golden: Any) -> No
     if golden_case.name.startswith("raw-exec"):
         settings["template"] = "nomad/raw_exec.j2"
     inputs = parse_inputs(golden_case.read_text(), source=golden_case.name)
-    resolved = resolve(inputs, node_name=NODE, features=NomadTranslator.features)
-    assert not resolved.errors, resolved.errors
+    resolved = resolve(inputs, node_name=NODE, features=NomadTranslator.features, backend="nomad")
+    assert resolved.pod is not None and not resolved.errors, resolved.errors
     cfg = NomadConfig.from_settings(settings, environ={})
     try:
         out: Any = render_job(

@@ -63,8 +63,14 @@ def test_packaged_template_renders_sample(template: str, sample: Any, golden: An
         in (sr.renderer.current_env.loader.get_source(sr.renderer.env, template)[0])
     ):  # type: ignore[union-attr]
         pytest.skip(f"{template} is not a pod template")
-    pod = resolve(sample.inputs, node_name=NODE, features=sr.features).pod
-    pod = dataclasses.replace(pod, template=template)
+    resolved = resolve(sample.inputs, node_name=NODE, features=sr.features, backend=backend)
+    if resolved.pod is None:  # the agent refuses this pod (admission): nothing is submitted
+        golden.check(
+            {"refused": resolved.errors},
+            HERE / template.removesuffix(".j2") / f"{sample.name}.json",
+        )
+        return
+    pod = dataclasses.replace(resolved.pod, template=template)
     try:
         spec: Any = sr.render(pod)
     except UnsupportedError as exc:
