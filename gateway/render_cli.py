@@ -118,7 +118,8 @@ def render_main(
         allocatable=settings.node.capacity,
         teams=settings.templates.teams,
     )
-    if resolved.pod is None:
+
+    def explain(choice: Any) -> None:
         if args.explain:
             _print_explain(
                 err,
@@ -126,8 +127,11 @@ def render_main(
                 backend=backend,
                 sr=spec_renderer,
                 notes=resolved.notes,
-                choice=None,
+                choice=choice,
             )
+
+    if resolved.pod is None:
+        explain(None)
         for error in resolved.errors:
             print(f"vkgate render: the agent would not start this pod: {error}", file=err)
         return 1
@@ -135,29 +139,13 @@ def render_main(
     try:
         spec, choice = render_pod(spec_renderer, pod, override=args.template or "")
     except (TranslationError, UnsupportedError) as exc:
-        if args.explain:
-            _print_explain(
-                err,
-                source=inputs.source,
-                backend=backend,
-                sr=spec_renderer,
-                notes=resolved.notes,
-                choice=None,
-            )
+        explain(None)
         print(f"vkgate render: {_describe_error(exc)}", file=err)
         return 1
     except TranslatorError as exc:
         print(f"vkgate render: {type(exc).__name__}: {exc}", file=err)
         return 1
-    if args.explain:
-        _print_explain(
-            err,
-            source=inputs.source,
-            backend=backend,
-            sr=spec_renderer,
-            notes=resolved.notes,
-            choice=choice,
-        )
+    explain(choice)
     if not args.show_secrets:
         spec = mask_secrets(spec, pod)
     try:

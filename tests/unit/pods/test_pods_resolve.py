@@ -8,7 +8,7 @@ from pods_fakes import FakeKube
 
 from gateway.clock import FakeClock
 from gateway.pods.env import ReadError
-from gateway.pods.resolve import RefCache, Resolver, references
+from gateway.pods.resolve import TEAM_FROM_CONFIG, TEAM_FROM_LABEL, RefCache, Resolver, references
 from translators.base import Features
 
 
@@ -97,3 +97,48 @@ def test_references_cover_env_and_volumes() -> None:
         },
     }
     assert references(pod) == {("secrets", "ns", "s1"), ("configmaps", "ns", "c1")}
+
+
+class NoLabels:
+    """A ``Lookups`` adapter whose namespaces carry no team label and no objects."""
+
+    async def get(self, kind: Any, namespace: str, name: str) -> Any:
+        return None
+
+    async def services(self, namespace: str) -> list[dict[str, Any]]:
+        return []
+
+    async def team(self, namespace: str) -> str:
+        return "labelled" if namespace == "lab" else ""
+
+    async def token(self, pod: Any, key: Any) -> str:
+        return "t"
+
+
+async def test_the_team_comes_from_the_label_else_from_templates_teams() -> None:
+    """Live, a namespace without the team label still gets its team from templates.teams, so
+    ``{{ team }}`` is what ``vkgate render`` shows."""
+    resolver = Resolver(
+        NoLabels(),
+        features=Features(),
+        backend="x",
+        node_name="vk",
+        host_ip=lambda: "127.0.0.5",
+        allocatable=dict,
+        teams={"ml": "ml-team", "lab": "ignored"},
+    )
+
+    def pod(ns: str) -> dict[str, Any]:
+        return {
+            "metadata": {"namespace": ns, "name": "p", "uid": "u"},
+            "spec": {"containers": [{"name": "a", "image": "i"}]},
+        }
+
+    by_config = (await resolver.resolve(pod("ml"))).pod
+    assert by_config is not None
+    assert (by_config.team, by_config.team_source) == ("ml-team", TEAM_FROM_CONFIG)
+    by_label = (await resolver.resolve(pod("lab"))).pod
+    assert by_label is not None
+    assert (by_label.team, by_label.team_source) == ("labelled", TEAM_FROM_LABEL)
+    none = (await resolver.resolve(pod("other"))).pod
+    assert none is not None and (none.team, none.team_source) == ("", "")
