@@ -35,12 +35,11 @@ from gateway.config import TemplateSettings
 from gateway.kube.reflector import Reflector
 from translators import plugins
 from translators.base import TranslationError
-from translators.rendering import OverlayTemplate, Renderer
+from translators.rendering import TEAM_LABEL, OverlayTemplate, Renderer
 
 log = logging.getLogger("gateway.templates")
 
 LABEL = "vkgate.io/templates"
-TEAM_LABEL = "vkgate.io/team"
 PREFIX_ANNOTATION = "vkgate.io/template-prefix"
 
 #: validate(renderer, candidate overlay, names this ConfigMap changes) → problems ([] = accept).

@@ -59,12 +59,12 @@ from translators.base import (
     ResolvedContainer,
     ResolvedPod,
 )
+from translators.rendering import TEAM_LABEL
 
 log = logging.getLogger("gateway.pods.resolve")
 
 Kind = Literal["configmaps", "secrets"]
 RefKey = tuple[str, str, str]  # (kind, namespace, name)
-TEAM_LABEL = "vkgate.io/team"
 #: A "not found" is re-read after this long when a pod sync asks again (its retry backoff),
 #: so a pod waiting for a ConfigMap does not have to wait for the next refresh.
 MISS_TTL = 5.0
