@@ -50,6 +50,13 @@ def renderer_for(
     return renderer_from_settings(settings.templates, extra_dirs=extra_dirs or [], kinds=kinds)
 
 
+def has_templates(kind: str) -> bool:
+    try:
+        return bool(plugins.load(kind).default_template)
+    except plugins.PluginError:
+        return False
+
+
 def template_backends() -> tuple[list[str], list[str]]:
     """Installed backends that have templates, and one problem line per backend that is
     installed but cannot be loaded."""
@@ -82,8 +89,8 @@ def render_main(
         print(f"vkgate: config error: {exc}", file=err)
         return 2
     backend = args.backend or settings.backend.kind
-    with_templates, _problems = template_backends()
-    if backend not in with_templates:
+    if not has_templates(backend):  # loads only this backend (others may be heavy or broken)
+        with_templates, _problems = template_backends()
         print(
             f"vkgate render: backend {backend!r} has no templates; pass --backend "
             f"{'|'.join(with_templates)} (or set backend.kind)",

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gateway.offline import parse_inputs, resolve
 from gateway.pods.status import from_workload
-from translators.base import TranslatorError
+from translators.base import Features, TranslatorError
 from translators.batch.status import group_tasks
 from translators.batch.status import workload_state as batch_state
 from translators.batch.translator import BatchTranslator
@@ -29,13 +29,15 @@ from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
 from translators.nomad.status import JobView, placement_from
 from translators.nomad.status import workload_state as nomad_state
+from translators.nomad.translator import NomadTranslator
 from translators.rendering import Renderer
 from translators.simulated import SimulatedTranslator
-from translators.zun.client import feature_flags
+from translators.zun.client import FEATURES, feature_flags
 from translators.zun.config import load_config as zun_config
 from translators.zun.config import parse_microversion
 from translators.zun.spec import SpecBuilder
 from translators.zun.status import capsule_workload, container_workload
+from translators.zun.translator import zun_features
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 NOW = _dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=_dt.UTC)
@@ -166,10 +168,11 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def resolved(pod: dict[str, Any], features: Any = None) -> Any:
+def resolved(pod: dict[str, Any], features: Features) -> Any:
+    """The pod as the agent resolves it for a backend with ``features``; None when the agent
+    refuses it (admission, env or mount errors) — that, too, is saying why."""
     inputs = parse_inputs(yaml.safe_dump(pod), source="fuzz")
-    kwargs = {"features": features} if features is not None else {}
-    return resolve(inputs, node_name="vk-fuzz", **kwargs).pod
+    return resolve(inputs, node_name="vk-fuzz", features=features).pod
 
 
 NOMAD = NomadConfig.from_settings({"datacenters": ["dc1"]}, environ={})
@@ -179,8 +182,11 @@ RENDERER = Renderer()
 @FUZZ
 @given(pods())
 def test_nomad_renders_any_pod_or_says_why(pod: dict[str, Any]) -> None:
+    rpod = resolved(pod, NomadTranslator.features)
+    if rpod is None:
+        return
     try:
-        job = render_job(resolved(pod), renderer=RENDERER, cfg=NOMAD, settings={}, factor=2000.0)
+        job = render_job(rpod, renderer=RENDERER, cfg=NOMAD, settings={}, factor=2000.0)
     except TranslatorError:
         return
     json.dumps(job)
@@ -193,9 +199,13 @@ ZUN_SETTINGS: dict[str, Any] = {"auth_url": "https://keystone.example:5000/v3"}
 @given(pods(), st.sampled_from(["1.12", "1.34", "1.40"]))
 def test_zun_renders_any_pod_or_says_why(pod: dict[str, Any], microversion: str) -> None:
     builder = SpecBuilder.from_config(zun_config({}), renderer=RENDERER, settings={})
-    flags = feature_flags(parse_microversion(microversion))
+    version = parse_microversion(microversion)
+    flags = feature_flags(version)
+    rpod = resolved(pod, zun_features(zun_config({}), lambda f: version >= FEATURES[f][0]))
+    if rpod is None:
+        return
     try:
-        spec = builder.render(resolved(pod), flags)
+        spec = builder.render(rpod, flags)
     except TranslatorError:
         return
     json.dumps(spec.body)
@@ -220,8 +230,11 @@ def test_batch_renders_any_pod_or_says_why(pod: dict[str, Any]) -> None:
     BATCH.nodes.pool = PoolInfo(
         id="pool-1", vm_size="standard_d4s_v3", slots_per_node=4, container_type="dockerCompatible"
     )
+    rpod = resolved(pod, BatchTranslator.features)
+    if rpod is None:
+        return
     try:
-        body = BATCH.render_spec(resolved(pod, BatchTranslator.features))
+        body = BATCH.render_spec(rpod)
     except TranslatorError:
         return
     json.dumps(body)
@@ -232,8 +245,11 @@ def test_batch_renders_any_pod_or_says_why(pod: dict[str, Any]) -> None:
 def test_simulated_runs_any_pod_or_says_why(pod: dict[str, Any]) -> None:
     async def scenario() -> None:
         t = SimulatedTranslator(start_delay=0.0)
+        rpod = resolved(pod, SimulatedTranslator.features)
+        if rpod is None:
+            return
         try:
-            await t.create(resolved(pod))
+            await t.create(rpod)
         except TranslatorError:
             return
         assert [s.ref.uid for s in await t.list()] == [pod["metadata"]["uid"]]
