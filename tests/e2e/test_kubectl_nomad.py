@@ -42,6 +42,7 @@ from typing import IO, Any
 
 import httpx
 import pytest
+from podjson import pod_json
 
 from gateway.devstack.agent import GatewayProcess
 
@@ -70,22 +71,7 @@ def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: f
 
 
 def pod_manifest(name: str, node: str, script: str, *, policy: str = "Never") -> str:
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "restartPolicy": policy,
-                "terminationGracePeriodSeconds": 2,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [
-                    {"name": "app", "image": "busybox:1.36", "command": ["/bin/sh", "-c", script]}
-                ],
-            },
-        }
-    )
+    return pod_json(name, node, command=["/bin/sh", "-c", script], policy=policy)
 
 
 def phase(kubectl: Any, name: str) -> str:

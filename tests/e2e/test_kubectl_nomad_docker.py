@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import ssl
 import subprocess
 import time
 import uuid
@@ -22,48 +21,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from kubeletapi import kubelet_client
+from podjson import pod_json
 from waiting import wait_until
 
 from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.docker import IMAGE, IMAGE_GREETING
+from gateway.devstack.docker import IMAGE_GREETING
 
 pytestmark = pytest.mark.e2e
 
 MISSING_IMAGE = "127.0.0.1:1/vkgate/missing:1"
 #: Grows a shell variable past a 20 MiB limit.
 HOG = "x=$(head -c 80000000 /dev/zero | tr '\\0' a); echo survived"
-
-
-def manifest(
-    name: str,
-    node: str,
-    *,
-    command: list[str] | None = None,
-    image: str = IMAGE,
-    policy: str = "Never",
-    memory: str | None = None,
-) -> str:
-    container: dict[str, Any] = {"name": "app", "image": image}
-    if command:
-        container["command"] = command
-    if memory:
-        container["resources"] = {"requests": {"memory": memory}, "limits": {"memory": memory}}
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "restartPolicy": policy,
-                "terminationGracePeriodSeconds": 2,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [container],
-            },
-        }
-    )
 
 
 def pod(kubectl: Any, name: str) -> dict[str, Any]:
@@ -74,6 +44,13 @@ def pod(kubectl: Any, name: str) -> dict[str, Any]:
 def app_status(kubectl: Any, name: str) -> dict[str, Any]:
     statuses = (pod(kubectl, name).get("status") or {}).get("containerStatuses") or [{}]
     return dict(statuses[0])
+
+
+def logs_of(kubectl: Any, name: str) -> str:
+    """``kubectl logs`` of a finished docker container.  Nomad's docker log collector copies
+    the container's output a moment after it ends: right after Succeeded the log can still be
+    empty (observed), so wait a few seconds for the first bytes."""
+    return str(wait_until(f"{name} logs", lambda: kubectl("logs", name).stdout, timeout=10))
 
 
 def get_pods_status(kubectl: Any, name: str) -> str:
@@ -95,25 +72,10 @@ def start(gw: GatewayProcess) -> GatewayProcess:
         raise
 
 
-@pytest.fixture(scope="module")
-def docker_gateway(
-    control_plane: Any, docker_nomad: Any, tmp_path_factory: pytest.TempPathFactory
+def running_gateway(
+    control_plane: Any, workdir: Path, nomad: dict[str, Any]
 ) -> Iterator[GatewayProcess]:
-    gw = GatewayProcess(
-        control_plane,
-        tmp_path_factory.mktemp("gateway-docker"),
-        {
-            "backend": {
-                "kind": "nomad",
-                "nomad": {
-                    "address": docker_nomad.address,  # default template: nomad/job.j2 (docker)
-                    "restart_delay": "2s",
-                    "restart_attempts": 5,
-                    "restart_interval": "1m",
-                },
-            }
-        },
-    )
+    gw = GatewayProcess(control_plane, workdir, {"backend": {"kind": "nomad", "nomad": nomad}})
     try:
         yield start(gw)
     finally:
@@ -122,23 +84,25 @@ def docker_gateway(
 
 
 @pytest.fixture(scope="module")
+def docker_gateway(
+    control_plane: Any, docker_nomad: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    # the default template, nomad/job.j2 (docker); quick restarts for the OOM test
+    nomad = {
+        "address": docker_nomad.address,
+        "restart_delay": "2s",
+        "restart_attempts": 5,
+        "restart_interval": "1m",
+    }
+    yield from running_gateway(control_plane, tmp_path_factory.mktemp("gateway-docker"), nomad)
+
+
+@pytest.fixture(scope="module")
 def raw_gateway(
     control_plane: Any, nomad_agent: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    gw = GatewayProcess(
-        control_plane,
-        tmp_path_factory.mktemp("gateway-raw"),
-        {
-            "backend": {
-                "kind": "nomad",
-                "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
-            }
-        },
-    )
-    try:
-        yield start(gw)
-    finally:
-        gw.stop(timeout=15)
+    nomad = {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"}
+    yield from running_gateway(control_plane, tmp_path_factory.mktemp("gateway-raw"), nomad)
 
 
 # --------------------------------------------------------------------------- docker
@@ -149,8 +113,8 @@ def test_docker_pod_runs_then_succeeds_or_fails_with_its_exit_code(
 ) -> None:
     node = docker_gateway.node_name
     ok, bad = f"d-ok-{uuid.uuid4().hex[:5]}", f"d-bad-{uuid.uuid4().hex[:5]}"
-    kubectl("apply", "-f", "-", input=manifest(ok, node, command=["sh", "-c", "echo hi; sleep 4"]))
-    kubectl("apply", "-f", "-", input=manifest(bad, node, command=["sh", "-c", "exit 3"]))
+    kubectl("apply", "-f", "-", input=pod_json(ok, node, command=["sh", "-c", "echo hi; sleep 4"]))
+    kubectl("apply", "-f", "-", input=pod_json(bad, node, command=["sh", "-c", "exit 3"]))
     running = wait_until(
         f"{ok} Running",
         lambda: "running" in ((s := app_status(kubectl, ok)).get("state") or {}) and s,
@@ -160,7 +124,7 @@ def test_docker_pod_runs_then_succeeds_or_fails_with_its_exit_code(
     wait_until(f"{ok} Succeeded", lambda: pod(kubectl, ok)["status"]["phase"] == "Succeeded")
     done = app_status(kubectl, ok)["state"]["terminated"]
     assert (done["exitCode"], done["reason"]) == (0, "Completed")
-    assert kubectl("logs", ok).stdout == "hi\n"
+    assert logs_of(kubectl, ok) == "hi\n"
     wait_until(f"{bad} Failed", lambda: pod(kubectl, bad)["status"]["phase"] == "Failed")
     failed = app_status(kubectl, bad)["state"]["terminated"]
     assert (failed["exitCode"], failed["reason"]) == (3, "Error")
@@ -172,9 +136,9 @@ def test_a_pod_without_command_runs_the_images_own_command(
     docker_gateway: GatewayProcess, kubectl: Any
 ) -> None:
     name = f"d-entry-{uuid.uuid4().hex[:5]}"
-    kubectl("apply", "-f", "-", input=manifest(name, docker_gateway.node_name))
+    kubectl("apply", "-f", "-", input=pod_json(name, docker_gateway.node_name))
     wait_until(f"{name} Succeeded", lambda: pod(kubectl, name)["status"]["phase"] == "Succeeded")
-    assert kubectl("logs", name).stdout == IMAGE_GREETING + "\n"
+    assert logs_of(kubectl, name) == IMAGE_GREETING + "\n"
     kubectl("delete", "pod", name, "--wait=false")
 
 
@@ -186,7 +150,7 @@ def test_exec_and_exec_it_in_a_docker_container(
         "apply",
         "-f",
         "-",
-        input=manifest(name, docker_gateway.node_name, command=["sleep", "600"], policy="Always"),
+        input=pod_json(name, docker_gateway.node_name, command=["sleep", "600"], policy="Always"),
     )
     wait_until(f"{name} Running", lambda: pod(kubectl, name)["status"]["phase"] == "Running")
     r = kubectl("exec", name, "--", "sh", "-c", "cat /etc/passwd | head -1; exit 5", check=False)
@@ -221,18 +185,6 @@ def test_exec_and_exec_it_in_a_docker_container(
     kubectl("delete", "pod", name, "--wait=false")
 
 
-def kubelet_client(gateway: GatewayProcess, control_plane: Any) -> httpx.Client:
-    ctx = ssl.create_default_context(cafile=str(control_plane.kubelet_serving_ca.cert))
-    cert = control_plane.pki.apiserver_kubelet_client
-    ctx.load_cert_chain(str(cert.cert), str(cert.key))
-    return httpx.Client(
-        base_url=f"https://127.0.0.1:{gateway.settings['kubelet']['port']}",
-        verify=ctx,
-        trust_env=False,
-        timeout=30,
-    )
-
-
 def test_stats_show_the_containers_real_cpu_and_memory(
     docker_gateway: GatewayProcess, kubectl: Any, control_plane: Any
 ) -> None:
@@ -243,7 +195,7 @@ def test_stats_show_the_containers_real_cpu_and_memory(
         "apply",
         "-f",
         "-",
-        input=manifest(name, docker_gateway.node_name, command=["sh", "-c", burn], memory="200Mi"),
+        input=pod_json(name, docker_gateway.node_name, command=["sh", "-c", burn], memory="200Mi"),
     )
     with kubelet_client(docker_gateway, control_plane) as c:
 
@@ -274,7 +226,7 @@ def test_memory_limit_exceeded_is_oomkilled_137_and_restarts_per_policy(
             "apply",
             "-f",
             "-",
-            input=manifest(name, node, command=["sh", "-c", HOG], policy=policy, memory="20Mi"),
+            input=pod_json(name, node, command=["sh", "-c", HOG], policy=policy, memory="20Mi"),
         )
     wait_until(f"{never} Failed", lambda: pod(kubectl, never)["status"]["phase"] == "Failed")
     t = app_status(kubectl, never)["state"]["terminated"]
@@ -301,7 +253,7 @@ def test_missing_image_is_errimagepull_then_imagepullbackoff_with_nomads_words(
         "apply",
         "-f",
         "-",
-        input=manifest(name, docker_gateway.node_name, image=MISSING_IMAGE, policy="Always"),
+        input=pod_json(name, docker_gateway.node_name, image=MISSING_IMAGE, policy="Always"),
     )
     seen: list[str] = []
 
@@ -328,7 +280,7 @@ def test_translation_failure_shows_in_kubectl_get_pods(
     raw_gateway: GatewayProcess, kubectl: Any
 ) -> None:
     name = f"r-nocmd-{uuid.uuid4().hex[:5]}"  # raw_exec and no command: cannot be translated
-    kubectl("apply", "-f", "-", input=manifest(name, raw_gateway.node_name))
+    kubectl("apply", "-f", "-", input=pod_json(name, raw_gateway.node_name))
     wait_until(
         f"{name} TranslationFailed", lambda: get_pods_status(kubectl, name) == "TranslationFailed"
     )
@@ -345,7 +297,7 @@ def test_a_process_that_never_started_is_not_exit_code_1(
         "apply",
         "-f",
         "-",
-        input=manifest(name, raw_gateway.node_name, command=["/nonexistent/bin"]),
+        input=pod_json(name, raw_gateway.node_name, command=["/nonexistent/bin"]),
     )
     wait_until(
         f"{name} Failed", lambda: pod(kubectl, name).get("status", {}).get("phase") == "Failed"

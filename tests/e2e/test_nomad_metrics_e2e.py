@@ -10,7 +10,6 @@ deleted at the end and the burning task must be gone from Nomad.
 from __future__ import annotations
 
 import json
-import ssl
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kubeletapi import kubelet_client
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.e2e
@@ -72,18 +72,6 @@ def gateway(start_gateway: Any, nomad_agent: Any) -> Any:
                 "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
             }
         }
-    )
-
-
-def kubelet_client(gateway: Any, control_plane: Any) -> httpx.Client:
-    ctx = ssl.create_default_context(cafile=str(control_plane.kubelet_serving_ca.cert))
-    cert = control_plane.pki.apiserver_kubelet_client
-    ctx.load_cert_chain(str(cert.cert), str(cert.key))
-    return httpx.Client(
-        base_url=f"https://127.0.0.1:{gateway.settings['kubelet']['port']}",
-        verify=ctx,
-        trust_env=False,
-        timeout=30,
     )
 
 
