@@ -13,6 +13,12 @@ The loop (client-go's Reflector, made small)::
       │                                      get a synthesized DELETED, changed ones MODIFIED)
       └─ any other error                   → jittered backoff, then re-watch (or relist)
 
+Cached objects drop ``metadata.managedFields`` (``lean``) as they arrive, from lists and watch
+events alike: it is server-side-apply bookkeeping nothing here reads, and often the largest part
+of a pod (client-go's informers strip it with a transform for the same reason).  Every other
+field is kept as the server sent it.  A PUT built from a cached object still keeps the server's
+managed fields: an update that omits them leaves them unchanged.
+
 Resource versions are opaque strings: only compared for equality, never ordered.  The handler is
 awaited inline (keep it fast, e.g. enqueue a key); an exception in it is logged and never stops
 the reflector.  All timing goes through ``gateway.clock.Clock``.
@@ -49,6 +55,14 @@ def object_key(obj: Mapping[str, Any]) -> str:
     ns = meta.get("namespace")
     name = str(meta.get("name", ""))
     return f"{ns}/{name}" if ns else name
+
+
+def lean(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without ``metadata.managedFields`` (in place; returns it)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
@@ -141,7 +155,7 @@ class Reflector:
     async def _relist(self, handler: Handler) -> None:
         self.counts["lists"] += 1
         result = await self.client.list(self.path, params=self.params)
-        fresh = {object_key(o): o for o in result.get("items") or []}
+        fresh = {object_key(o): lean(o) for o in result.get("items") or []}
         old_store = self.store
         self.store = dict(fresh)
         self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "")
@@ -195,7 +209,7 @@ class Reflector:
         async for event in self.client.watch(self.path, params=params):
             self._last_event = self.clock.monotonic()
             etype = str(event.get("type", ""))
-            obj = event.get("object") or {}
+            obj = lean(event.get("object") or {})
             rv = _rv(obj)
             if etype == "BOOKMARK":
                 if rv:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import random
 from collections.abc import AsyncIterator
@@ -155,6 +156,60 @@ async def test_watch_events_update_store_and_call_handler(running, server: Watch
     assert rec.events == [("ADDED", "c", None), ("MODIFIED", "a", "1"), ("DELETED", "b", "2")]
     assert set(refl.store) == {"ns/a", "ns/c"}
     assert refl.resource_version == "13"
+
+
+def with_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """A pod as the API server sends it: server-side-apply bookkeeping plus fields we read."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["managedFields"] = [
+        {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:x": {}}}}
+    ]
+    obj["metadata"].update(labels={"app": "web"}, annotations={"vkgate.io/sim-exit-code": "0"})
+    obj["spec"] = {"nodeName": "vk", "containers": [{"name": "app", "image": "busybox"}]}
+    obj["status"] = {"phase": "Pending"}
+    return obj
+
+
+async def test_cached_objects_carry_no_managed_fields_and_everything_else(
+    server: WatchServer, clock: FakeClock
+):
+    listed = with_managed_fields(pod("a", "1"))
+    server.lists = [{"items": [copy.deepcopy(listed)], "metadata": {"resourceVersion": "10"}}]
+    client = KubeClient(
+        KubeConfig(server="https://kube.test"),
+        transport=httpx.MockTransport(server.handler),
+        clock=clock,
+        qps=0,
+        retry=RetryPolicy(delays=()),
+    )
+    refl = Reflector(client, PATH, clock=clock, rng=random.Random(1))
+    seen: list[dict[str, Any]] = []
+
+    async def handler(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        seen.append(obj)
+
+    task = asyncio.create_task(refl.run(handler))
+    await settle()
+    watched = with_managed_fields(pod("b", "11"))
+    server.send("ADDED", watched)
+    server.send("MODIFIED", with_managed_fields(pod("a", "12")))
+    await settle()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await client.aclose()
+
+    def lean(obj: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(obj)
+        del out["metadata"]["managedFields"]
+        return out
+
+    assert len(seen) == 3 and set(refl.store) == {"ns/a", "ns/b"}
+    for obj in (*refl.store.values(), *seen):
+        assert "managedFields" not in obj["metadata"]
+    assert refl.store["ns/b"] == lean(watched)  # every other field, exactly as sent
+    assert seen[0] == lean(listed)
+    assert refl.store["ns/a"]["metadata"]["resourceVersion"] == "12"
 
 
 async def test_bookmark_moves_rv_and_next_watch_starts_there(
