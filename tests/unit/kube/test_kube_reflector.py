@@ -105,17 +105,21 @@ class Recorder:
         self.events.append((etype, name, old["metadata"]["resourceVersion"] if old else None))
 
 
-@pytest.fixture
-async def running(
-    server: WatchServer, clock: FakeClock
-) -> AsyncIterator[tuple[Reflector, Recorder]]:
-    client = KubeClient(
+def make_client(server: WatchServer, clock: FakeClock) -> KubeClient:
+    return KubeClient(
         KubeConfig(server="https://kube.test"),
         transport=httpx.MockTransport(server.handler),
         clock=clock,
         qps=0,
         retry=RetryPolicy(delays=()),
     )
+
+
+@pytest.fixture
+async def running(
+    server: WatchServer, clock: FakeClock
+) -> AsyncIterator[tuple[Reflector, Recorder]]:
+    client = make_client(server, clock)
     refl = Reflector(
         client,
         PATH,
@@ -175,13 +179,7 @@ async def test_cached_objects_carry_no_managed_fields_and_everything_else(
 ):
     listed = with_managed_fields(pod("a", "1"))
     server.lists = [{"items": [copy.deepcopy(listed)], "metadata": {"resourceVersion": "10"}}]
-    client = KubeClient(
-        KubeConfig(server="https://kube.test"),
-        transport=httpx.MockTransport(server.handler),
-        clock=clock,
-        qps=0,
-        retry=RetryPolicy(delays=()),
-    )
+    client = make_client(server, clock)
     refl = Reflector(client, PATH, clock=clock, rng=random.Random(1))
     seen: list[dict[str, Any]] = []
 
