@@ -33,7 +33,8 @@ from gateway.devstack.controlplane import ControlPlane
 from gateway.devstack.process import Proc, free_port, wait_for
 
 Writes = Counter[tuple[str, str]]
-_WRITE_LINE = re.compile(r'^vkgate_api_writes_total\{verb="([^"]*)",resource="([^"]*)"\} (\S+)$')
+_WRITE_LINE = re.compile(r"^vkgate_api_writes_total\{([^}]*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 class Agent(Protocol):
@@ -66,12 +67,18 @@ class Agent(Protocol):
 def scrape_writes(address: str, *, timeout: float = 10.0) -> Writes:
     """``vkgate_api_writes_total`` from a plain-HTTP ``/metrics`` at ``host:port``."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as resp:
-        text = resp.read().decode()
+        return parse_writes(resp.read().decode())
+
+
+def parse_writes(text: str) -> Writes:
+    """``vkgate_api_writes_total`` samples by (verb, resource), whatever the label order
+    (prometheus_client sorts labels by name: ``resource`` comes first)."""
     out: Writes = Counter()
     for line in text.splitlines():
         m = _WRITE_LINE.match(line)
         if m:
-            out[(m.group(1), m.group(2))] += int(float(m.group(3)))
+            labels = dict(_LABEL.findall(m.group(1)))
+            out[(labels.get("verb", ""), labels.get("resource", ""))] += int(float(m.group(2)))
     return out
 
 

@@ -29,8 +29,9 @@ from typing import Any
 
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict, Gone, NotFound
-from gateway.kubelet.ownmetrics import MetricsServer, Registry
+from gateway.kubelet.ownmetrics import MetricsServer
 from gateway.kubelet.service import add_component_collectors
+from gateway.metrics import Metrics
 
 CONDITIONS = (
     "PodScheduled",
@@ -153,11 +154,16 @@ class IdealKubelet:
                 tg.create_task(self.worker())
 
 
+def own_metrics(client: object) -> Metrics:
+    """``vkgate_api_writes_total`` from ``client.stats``, as vkgate exposes it."""
+    metrics = Metrics(backend="ideal-kubelet", process=False)
+    add_component_collectors(metrics, kube=client)
+    return metrics
+
+
 async def amain(args: argparse.Namespace) -> int:
     client = KubeClient.from_kubeconfig(args.kubeconfig, qps=args.qps, burst=args.burst)
-    registry = Registry()
-    add_component_collectors(registry, kube=client)
-    metrics = MetricsServer(registry, args.metrics_address)
+    metrics = MetricsServer(own_metrics(client), args.metrics_address)
     agent = IdealKubelet(client, args.node, workers=args.workers)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
