@@ -97,11 +97,20 @@ class Dockerd:
         return {"DOCKER_HOST": self.host}
 
     def docker(
-        self, *args: str, input: bytes | None = None, timeout: float = 120
+        self,
+        *args: str,
+        input: bytes | None = None,
+        timeout: float = 120,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
         """Run the docker CLI against this daemon; raises ``DevstackError`` on failure."""
         argv = [docker_client(), *args]
-        env = {**os.environ, **self.env, "DOCKER_CONFIG": str(self.workdir / "client")}
+        env = {
+            **os.environ,
+            **self.env,
+            "DOCKER_CONFIG": str(self.workdir / "client"),
+            **(env or {}),
+        }
         proc = subprocess.run(
             argv, input=input, capture_output=True, env=env, timeout=timeout, check=False
         )

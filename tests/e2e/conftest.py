@@ -21,6 +21,7 @@ import os
 import subprocess
 import urllib.error
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -258,3 +259,45 @@ def start_cluster_gateway(
     operator removes a retired node: dead nodes left behind would put the node lifecycle
     controller into its disruption modes, which stop evictions cluster-wide."""
     yield from _gateway_factory(cluster, tmp_path_factory, delete_nodes=True)
+
+
+DEPLOY = HERE.parents[1] / "deploy"
+
+
+@dataclass(frozen=True)
+class ServiceAccountCreds:
+    """A token of the deploy/ ServiceAccount ``vkgate-system/vkgate`` (RBAC from
+    deploy/common) and a kubeconfig using it."""
+
+    token: str
+    kubeconfig: Path
+
+
+@pytest.fixture(scope="session")
+def deploy_service_account(
+    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+) -> ServiceAccountCreds:
+    import json
+
+    import yaml
+
+    kubectl("apply", "-k", str(DEPLOY / "common"))
+    token = kubectl(
+        "create", "token", "vkgate", "-n", "vkgate-system", "--duration=2h"
+    ).stdout.strip()
+    assert token.count(".") == 2, "not a JWT"
+    admin = yaml.safe_load(Path(control_plane.kubeconfig).read_text())
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": "vkgate", "user": {"token": token}}],
+        "contexts": [{"name": "vkgate", "context": {"cluster": "c", "user": "vkgate"}}],
+        "current-context": "vkgate",
+    }
+    path = tmp_path_factory.mktemp("sa") / "vkgate-sa.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    who = kubectl("auth", "whoami", "-o", "json", f"--kubeconfig={path}").stdout
+    user = json.loads(who)["status"]["userInfo"]["username"]
+    assert user == "system:serviceaccount:vkgate-system:vkgate", user
+    return ServiceAccountCreds(token, path)

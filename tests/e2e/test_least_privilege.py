@@ -35,38 +35,15 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 @pytest.fixture(scope="session")
-def service_account_kubeconfig(
-    control_plane: Any, kubectl: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    kubectl("apply", "-k", str(DEPLOY / "common"))
+def service_account_kubeconfig(kubectl: Any, deploy_service_account: Any) -> Path:
     # templates.configmap_namespace is vkgate-system in deploy/; the templates test uses its
     # own namespace, so it gets the same Role there (as an operator would).
     kubectl("create", "namespace", SYSTEM_NS, check=False)
-    docs = yaml.safe_load_all((DEPLOY / "common" / "rbac.yaml").read_text())
-    for doc in docs:
+    for doc in yaml.safe_load_all((DEPLOY / "common" / "rbac.yaml").read_text()):
         if doc and doc["metadata"]["name"] == "vkgate-templates":
             doc["metadata"]["namespace"] = SYSTEM_NS
             kubectl("apply", "-f", "-", input=json.dumps(doc))
-    token = kubectl(
-        "create", "token", "vkgate", "-n", "vkgate-system", "--duration=2h"
-    ).stdout.strip()
-    assert token.count(".") == 2, "not a JWT"
-    admin = yaml.safe_load(Path(control_plane.kubeconfig).read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "vkgate", "user": {"token": token}}],
-        "contexts": [{"name": "vkgate", "context": {"cluster": "c", "user": "vkgate"}}],
-        "current-context": "vkgate",
-    }
-    path = tmp_path_factory.mktemp("sa") / "vkgate-sa.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    who = kubectl("auth", "whoami", "-o", "json", f"--kubeconfig={path}").stdout
-    assert json.loads(who)["status"]["userInfo"]["username"] == (
-        "system:serviceaccount:vkgate-system:vkgate"
-    )
+    path: Path = deploy_service_account.kubeconfig
     return path
 
 

@@ -1,0 +1,145 @@
+"""The Containerfile, built offline on a base made from Debian packages (mmdebstrap), run as
+the gateway with the deploy/ ServiceAccount's token in the in-cluster environment — token and
+CA where a pod has them, KUBERNETES_SERVICE_HOST/PORT — read-only root filesystem, non-root;
+a pod goes Running through it (docs/design/image.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import unavailable
+
+from gateway.config import to_toml
+from gateway.devstack import image
+from gateway.devstack.process import BinaryUnavailable, free_port
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float = 90.0, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def vkgate_image(dockerd: Any) -> str:
+    try:
+        return image.build_image(dockerd)
+    except BinaryUnavailable as exc:
+        unavailable(f"image tier: {exc}")
+
+
+def test_the_image_runs_the_gateway_in_cluster_as_the_service_account(
+    dockerd: Any,
+    vkgate_image: str,
+    control_plane: Any,
+    kubectl: Any,
+    deploy_service_account: Any,
+    tmp_path: Path,
+) -> None:
+    meta = json.loads(dockerd.docker("image", "inspect", vkgate_image).stdout)[0]
+    config = meta["Config"]
+    assert config["User"] == "10001:10001"
+    assert config["Entrypoint"] == ["vkgate"] and config["Cmd"][0] == "run"
+    assert config["Labels"]["org.opencontainers.image.title"] == "vkgate"
+    assert config["Labels"]["org.opencontainers.image.base.name"].startswith("vkgate-base:")
+
+    node = f"vk-img-{uuid.uuid4().hex[:6]}"
+    sa = tmp_path / "sa"
+    sa.mkdir(mode=0o755)
+    (sa / "token").write_text(deploy_service_account.token)
+    (sa / "ca.crt").write_bytes(Path(control_plane.ca_file).read_bytes())
+    (sa / "namespace").write_text("vkgate-system")
+    client_ca = tmp_path / "client-ca.crt"
+    client_ca.write_bytes(Path(control_plane.kubelet_client_ca_file).read_bytes())
+    for f in [*sa.iterdir(), client_ca]:
+        f.chmod(0o644)
+    metrics_port = free_port()
+    settings = {
+        "node": {"name": node},
+        "kube": {"kubeconfig": ""},
+        "kubelet": {
+            "address": "127.0.0.1",
+            "port": free_port(),
+            "client_ca_file": "/etc/vkgate/client-ca.crt",
+            "metrics_address": f"127.0.0.1:{metrics_port}",
+        },
+        "backend": {"kind": "simulated", "simulated": {"state_file": "/tmp/state.json"}},
+        "log": {"level": "info"},
+    }
+    cfg = tmp_path / "vkgate.toml"
+    cfg.write_text(to_toml(settings))
+    cfg.chmod(0o644)
+    api = urllib.parse.urlsplit(control_plane.url)
+    name = f"vkgate-{node}"
+
+    def logs() -> str:
+        out = dockerd.docker("logs", name)
+        return (out.stdout + out.stderr).decode(errors="replace")
+
+    dockerd.docker(
+        "run", "-d", "--name", name, "--network=host", "--read-only", "--tmpfs", "/tmp",
+        "-e", f"KUBERNETES_SERVICE_HOST={api.hostname}",
+        "-e", f"KUBERNETES_SERVICE_PORT={api.port}",
+        "-v", f"{sa}:{SA_DIR}:ro",
+        "-v", f"{cfg}:/etc/vkgate/vkgate.toml:ro",
+        "-v", f"{client_ca}:/etc/vkgate/client-ca.crt:ro",
+        vkgate_image,
+    )  # fmt: skip
+    try:
+
+        def ready() -> bool:
+            got = kubectl("get", "node", node, "-o", "json", check=False)
+            if got.returncode != 0:
+                return False
+            conds = json.loads(got.stdout)["status"].get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+        wait_until(f"node {node} Ready (logs: see below)", ready, timeout=90)
+        ns = f"img-{uuid.uuid4().hex[:6]}"
+        kubectl("create", "namespace", ns)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {
+                "nodeName": node,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {"name": "app", "image": "busybox:1.36", "command": ["sleep", "60"]}
+                ],
+            },
+        }
+        kubectl("apply", "-f", "-", input=json.dumps(pod))
+        wait_until(
+            "the pod Running",
+            lambda: (
+                kubectl("get", "pod", "-n", ns, "web", "-o", "jsonpath={.status.phase}").stdout
+                == "Running"
+            ),
+        )
+        text = logs()
+        assert "403" not in text and "forbidden" not in text.lower(), text[-3000:]
+        state = dockerd.docker("inspect", name).stdout
+        inspected = json.loads(state)[0]
+        assert inspected["State"]["Running"] is True
+        assert inspected["HostConfig"]["ReadonlyRootfs"] is True
+    finally:
+        print(f"----- container {name} log -----")
+        try:
+            print(logs()[-6000:])
+        finally:
+            dockerd.docker("rm", "-f", name)
