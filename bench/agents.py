@@ -35,6 +35,7 @@ from gateway.devstack.process import Proc, free_port, wait_for
 Writes = Counter[tuple[str, str]]
 _WRITE_LINE = re.compile(r"^vkgate_api_writes_total\{([^}]*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
+_EVENT_LINE = re.compile(r'^vkgate_events_total\{outcome="([^"]*)"\} (\S+)$')
 
 
 class Agent(Protocol):
@@ -68,6 +69,21 @@ def scrape_writes(address: str, *, timeout: float = 10.0) -> Writes:
     """``vkgate_api_writes_total`` from a plain-HTTP ``/metrics`` at ``host:port``."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as resp:
         return parse_writes(resp.read().decode())
+
+
+def scrape_event_outcomes(address: str, *, timeout: float = 10.0) -> Counter[str]:
+    """``vkgate_events_total`` by outcome (posted, aggregated, failed, dropped)."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as resp:
+        return parse_event_outcomes(resp.read().decode())
+
+
+def parse_event_outcomes(text: str) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = _EVENT_LINE.match(line)
+        if m:
+            out[m.group(1)] += int(float(m.group(2)))
+    return out
 
 
 def parse_writes(text: str) -> Writes:
@@ -130,6 +146,10 @@ class VkgateAgent:
 
     def api_writes(self) -> Writes | None:
         return scrape_writes(self.metrics_address)
+
+    def event_outcomes(self) -> Counter[str]:
+        """Events posted / aggregated / failed / dropped so far (``vkgate_events_total``)."""
+        return scrape_event_outcomes(self.metrics_address)
 
     def describe(self) -> str:
         s = self.settings

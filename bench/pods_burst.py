@@ -102,6 +102,8 @@ class RunResult:
     server_writes: Writes = field(default_factory=Counter)
     #: pod/event writes the API server answered with 4xx/5xx (404/409: a redundant write)
     server_refused: Writes = field(default_factory=Counter)
+    #: the agent's own Event outcomes during the round (posted, aggregated, failed, dropped)
+    event_outcomes: Counter[str] | None = None
     #: Events in the run's namespace at the end, by reason (occurrences, ``count`` included)
     event_reasons: Counter[str] = field(default_factory=Counter)
     rss_idle: int | None = None
@@ -313,6 +315,8 @@ async def run_burst(
         res.rss_idle = idle.rss_bytes
         api_before = await asyncio.to_thread(apiserver_requests, cp)
         agent_before = await asyncio.to_thread(agent.api_writes)
+        outcomes = getattr(agent, "event_outcomes", None)
+        events_before = await asyncio.to_thread(outcomes) if outcomes is not None else None
         harness_before = Counter(client.stats)
         srv0, etcd0 = procstat.cpu_seconds(cp.apiserver.pid), procstat.cpu_seconds(cp.etcd.pid)
 
@@ -383,6 +387,9 @@ async def run_burst(
         res.apiserver_cpu = cpu_delta(procstat.cpu_seconds(cp.apiserver.pid), srv0)
         res.etcd_cpu = cpu_delta(procstat.cpu_seconds(cp.etcd.pid), etcd0)
         res.agent_writes = diff(await asyncio.to_thread(agent.api_writes), agent_before)
+        if outcomes is not None and events_before is not None:
+            after = await asyncio.to_thread(outcomes)
+            res.event_outcomes = Counter({k: after[k] - events_before[k] for k in after})
         events = await client.list(f"/api/v1/namespaces/{ns}/events")
         for ev in events["items"]:
             res.event_reasons[str(ev.get("reason", ""))] += int(ev.get("count") or 1)
@@ -540,6 +547,15 @@ def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine:
                 f"{r} {n / pick.pods:.2f}" for r, n in sorted(pick.event_reasons.items())
             )
             out.append(f"  - Events per pod by reason: {reasons}")
+        if pick.event_outcomes is not None:
+            outcomes = ", ".join(
+                f"{o} {pick.event_outcomes[o]}"
+                for o in ("posted", "aggregated", "failed", "dropped")
+            )
+            out.append(
+                f"  - Events by the agent's own counter (vkgate_events_total) when the round "
+                f"ended: {outcomes}; the rest were still queued"
+            )
     problems = [r for r in results if r.error or r.not_running or r.not_gone]
     if problems:
         out += ["", "Problems seen:", ""]

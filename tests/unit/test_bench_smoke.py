@@ -118,3 +118,21 @@ def test_ideal_kubelet_metrics_are_what_the_harness_scrapes() -> None:
 
     text = ideal_kubelet.own_metrics(Client()).render().decode()
     assert parse_writes(text) == {("patch", "pods/status"): 3, ("delete", "pods"): 2}
+
+
+def test_dropped_events_are_read_from_the_agents_page() -> None:
+    from bench.agents import parse_event_outcomes
+    from gateway.kubelet.service import add_component_collectors
+    from gateway.metrics import Metrics
+
+    class Events:
+        counts = Counter({"posted": 7, "aggregated": 1, "dropped": 2})
+
+    m = Metrics(process=False)
+    add_component_collectors(m, events=Events())
+    assert parse_event_outcomes(m.render().decode()) == {
+        "posted": 7,
+        "aggregated": 1,
+        "failed": 0,
+        "dropped": 2,
+    }
