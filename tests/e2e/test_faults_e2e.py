@@ -270,6 +270,16 @@ def test_gateway_kill_mid_burst_on_nomad_one_job_per_pod(
     )
 
 
+def compact_etcd(etcd_url: str) -> None:
+    """Compact etcd at its current revision (what kube-apiserver does every 5 minutes), so a
+    watch from an older resourceVersion gets 410 Gone."""
+    with httpx.Client(base_url=etcd_url, timeout=10) as c:
+        head = c.post("/v3/kv/range", json={"key": "Lw=="}).json()["header"]
+        c.post(
+            "/v3/kv/compaction", json={"revision": head["revision"], "physical": True}
+        ).raise_for_status()
+
+
 def simulated_workloads(gw: GatewayProcess) -> dict[str, Any]:
     path = Path(gw.config_path).parent / "simulated-state.json"
     data: dict[str, Any] = json.loads(path.read_text() or "{}") if path.exists() else {}
@@ -320,6 +330,7 @@ def test_apiserver_kill_mid_burst_and_watch_expiry_with_deletes(
             kubectl("delete", "pod", "-n", "burst", *gone, "--grace-period=0", "--force")
             for i in range(30):  # move resourceVersions on
                 kubectl("create", "configmap", f"churn-{i}", "-n", "burst")
+            compact_etcd(cp.etcd_url)  # the gateway's resourceVersion is history now
             cp.restart_apiserver_after_crash()
         finally:
             os.kill(gw.proc.pid, signal.SIGCONT)
@@ -331,10 +342,11 @@ def test_apiserver_kill_mid_burst_and_watch_expiry_with_deletes(
         )
         took_watch = time.monotonic() - t1
         assert set(simulated_workloads(gw)) == uids - set(gone.values())
+        assert "resourceVersion too old" in gw.log_text()  # it was a 410 and a relist
         print(
             f"\nkube-apiserver kill -9 mid-burst: {at_crash}/{n} workloads at the crash, "
             f"API server ready {back:.1f}s after the restart, all {n} Running {took:.1f}s after "
-            f"the kill, one workload each; watch expiry with {len(gone)} deletes while frozen: "
+            f"the kill, one workload each; watch expiry (etcd compacted, 410) with {len(gone)} deletes while frozen: "
             f"workloads removed {took_watch:.1f}s after the resume"
         )
     finally:
