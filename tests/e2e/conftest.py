@@ -301,3 +301,17 @@ def deploy_service_account(
     user = json.loads(who)["status"]["userInfo"]["username"]
     assert user == "system:serviceaccount:vkgate-system:vkgate", user
     return ServiceAccountCreds(token, path)
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
+    """Poll ``fn`` until it returns something truthy (returned), else fail naming ``what``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")

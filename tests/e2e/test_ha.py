@@ -10,25 +10,14 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from conftest import wait_until
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 WRITE = re.compile(r"HTTP Request: (POST|PUT|PATCH|DELETE) (\S+)")
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def holder(cp: Any, node: str) -> str:

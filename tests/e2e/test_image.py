@@ -6,32 +6,19 @@ a pod goes Running through it (docs/design/image.md)."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
+from conftest import unavailable, wait_until
 
 from gateway.config import to_toml
 from gateway.devstack import image
 from gateway.devstack.process import BinaryUnavailable, free_port
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 90.0, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

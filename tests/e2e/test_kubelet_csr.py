@@ -9,23 +9,12 @@ import json
 import re
 import socket
 import ssl
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
+from conftest import wait_until
+
 from gateway.kubelet.csr import cert_facts
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def served_cert(port: int) -> bytes:
