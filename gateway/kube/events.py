@@ -21,7 +21,7 @@ races the POST it aggregates into).  The queue is bounded (``queue_size``, defau
 Event is dropped with a log line and counted (``counts["dropped"]``, exposed as
 ``vkgate_events_total{outcome="dropped"}``, docs/design/metrics.md).  Without ``start()`` (unit
 tests, one-shot tools) ``record`` writes inline.  ``stop()`` drains what is queued, bounded by a
-timeout.
+timeout; what is still queued then is counted as dropped.
 """
 
 from __future__ import annotations
@@ -136,12 +136,25 @@ class EventRecorder:
         for t in senders:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        abandoned = 0
+        for q in self._queues:
+            while not q.empty():
+                q.get_nowait()
+                q.task_done()
+                abandoned += 1
+        self._queued = 0
+        if abandoned:
+            self.counts["dropped"] += abandoned
+            log.warning("stopping: %d queued events were not written (dropped)", abandoned)
 
     async def _run(self, queue: asyncio.Queue[_Item]) -> None:
         while True:
             item = await queue.get()
             try:
                 await self._send(item)
+            except asyncio.CancelledError:  # stopped while it waited for the bucket
+                self.counts["dropped"] += 1
+                raise
             finally:
                 self._queued -= 1
                 queue.task_done()

@@ -186,6 +186,8 @@ async def test_full_queue_drops_with_a_count_instead_of_blocking(server: Server)
         await recorder.record(POD, type="Normal", reason=f"R{i}", message="m")
     assert recorder.dropped == 4  # two fit in the queue (none sent yet: no await in between)
     await recorder.stop(drain_seconds=0)
+    # the bucket let one through; the other was still queued at stop: dropped, counted
+    assert (recorder.counts["posted"], recorder.dropped) == (1, 5)
 
 
 async def test_dropped_events_are_a_prometheus_counter(server: Server):
