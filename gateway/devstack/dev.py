@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import time
 import tomllib
+import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -53,6 +54,10 @@ BUILD_ESTIMATE = {
 }
 #: What ``vkgate dev`` runs besides the backend (``controlplane.WHOLE_ADDONS`` included).
 CLUSTER_BINARIES = ["etcd", "kube-apiserver", *WHOLE_ADDONS]
+
+
+#: Where ``vkgate dev`` (like deploy/) loads team templates from.
+TEMPLATES_NAMESPACE = "vkgate-system"
 
 
 def say(msg: str) -> None:
@@ -281,6 +286,19 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
             # as Nomad's raw_exec does in the dev agent.
             extra = {"simulated": {"exec_local": True}} if backend == "simulated" else {}
             settings = _merge({"backend": {"kind": backend, **extra}}, settings)
+        # Team templates (templates/README.md step 4): ConfigMaps in vkgate-system, as in
+        # deploy/; the namespace exists so the README's ConfigMap applies as written.
+        settings = _merge({"templates": {"configmap_namespace": TEMPLATES_NAMESPACE}}, settings)
+        with contextlib.suppress(urllib.error.HTTPError):  # already there
+            cp.api().request(
+                "POST",
+                "/api/v1/namespaces",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": TEMPLATES_NAMESPACE},
+                },
+            )
         node_name = getattr(args, "node_name", None) or "vkgate-dev"
         gw = GatewayProcess(cp, workdir / "gateway", settings, node_name=node_name)
         try:
