@@ -8,7 +8,6 @@ recorded in docs/design/template-safety.md."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import threading
 import time
@@ -19,17 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.template_bombs import laughs
+
 pytestmark = pytest.mark.e2e
 
 SYSTEM_NS = "vkgate-template-bombs"
-
-
-def laughs(levels: int = 9, fan: int = 9) -> str:
-    names = [f"l{i}" for i in range(levels)]
-    lines = [f"{names[0]}: &{names[0]} [{', '.join(['lol'] * fan)}]"]
-    for prev, name in itertools.pairwise(names):
-        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * fan)}]")
-    return "\n".join(lines) + "\n"
 
 
 TEMPLATE = (

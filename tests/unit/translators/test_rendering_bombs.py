@@ -5,7 +5,6 @@ The same bombs through ``vkgate render`` (a real process: exit code, one line, p
 
 from __future__ import annotations
 
-import itertools
 import subprocess
 import sys
 import time
@@ -13,21 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.template_bombs import DEEP, laughs
 from translators.base import TranslationError
 from translators.rendering import Renderer
 
-
-def laughs(levels: int = 9, fan: int = 9) -> str:
-    """``levels`` anchors, each a list of ``fan`` aliases of the one before: fan**levels
-    strings once expanded (9**9 ≈ 387 million) from a few hundred bytes of text."""
-    names = [f"l{i}" for i in range(levels)]
-    lines = [f"{names[0]}: &{names[0]} [{', '.join(['lol'] * fan)}]"]
-    for prev, name in itertools.pairwise(names):
-        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * fan)}]")
-    return "\n".join(lines) + "\n"
-
-
-DEEP = "[" * 200_000
 BOMBS = {
     "nomad/laughs.yaml.j2": (laughs(), "output expands to more than"),
     "nomad/deep.j2": (DEEP, "output nests deeper than 64 levels"),
