@@ -1,0 +1,54 @@
+"""Every module of gateway/ and translators/ sits in an import-linter layer, and every backend
+is in the independence contract: a new module or backend cannot slip past the contracts."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _contracts() -> dict[str, configparser.SectionProxy]:
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / ".importlinter")
+    return {s: parser[s] for s in parser.sections() if s.startswith("importlinter:contract:")}
+
+
+def _layered(container: str) -> set[str]:
+    for contract in _contracts().values():
+        if contract.get("type") == "layers" and contract.get("containers", "").strip() == container:
+            return {
+                name
+                for line in contract["layers"].split("\n")
+                for name in re.split(r"[|:]", line)
+                if name.strip()
+                for name in [name.strip()]
+            }
+    raise AssertionError(f"no layers contract for {container}")
+
+
+def _children(package: str) -> set[str]:
+    folder = ROOT / package
+    return {
+        p.stem if p.is_file() else p.name
+        for p in folder.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+
+
+def test_every_module_of_each_package_is_in_a_layer() -> None:
+    for package in ("gateway", "translators"):
+        children = _children(package)
+        assert len(children) >= 10
+        assert children - _layered(package) == set(), package
+
+
+def test_every_backend_is_independent_of_the_others() -> None:
+    independent = next(c for c in _contracts().values() if c.get("type") == "independence")
+    modules = {m.strip() for m in independent["modules"].split("\n") if m.strip()}
+    from translators import plugins
+
+    built_in = {k for k in plugins.kinds() if k != "acme"}  # acme lives in its own distribution
+    assert {f"translators.{k}" for k in built_in} == modules
