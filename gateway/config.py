@@ -26,7 +26,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from gateway.names import TAINT_EFFECTS, label_value_error, qualified_name_error
 from translators import plugins
-from translators.settings import Setting, SettingsError, coerce
+from translators.settings import Setting, SettingsError, coerce, merge_tables
 
 SECRET_KEY = re.compile(
     r"(token|password|passwd|secret|credential|account_key|api_key|private_key|application_credential)",
@@ -311,16 +311,6 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str) -> T:
     return cls(**kwargs)
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in environ.items():
@@ -468,9 +458,9 @@ def load(
             raise ConfigError(str(p), f"cannot read: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(str(p), f"invalid TOML: {exc}") from None
-    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
+    data = merge_tables(data, _env_overrides(os.environ if environ is None else environ))
     if overrides:
-        data = _merge(data, overrides)
+        data = merge_tables(data, overrides)
     return validate(_build(Settings, data, ""), os.environ if environ is None else environ)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "Setting",
     "SettingsError",
     "coerce",
+    "merge_tables",
     "parse_duration",
     "report",
     "unknown_keys",
@@ -173,4 +174,15 @@ def report(
         else:
             source = "default"
         out.append(Setting(f"{prefix}.{key}", value, source))
+    return out
+
+
+def merge_tables(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``, recursing into tables (settings file < environment < flags)."""
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge_tables(out[k], v)
+        else:
+            out[k] = v
     return out

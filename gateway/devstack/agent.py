@@ -31,16 +31,7 @@ from typing import Any
 from gateway.config import to_toml
 from gateway.devstack.controlplane import ControlPlane
 from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
-
-
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
+from translators.settings import merge_tables
 
 
 def serving_ips(settings: Mapping[str, Any]) -> tuple[str, ...]:
@@ -97,7 +88,7 @@ class GatewayProcess:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         name = node_name or (settings or {}).get("node", {}).get("name") or _unique_name()
-        self.settings = _merge(default_settings(cp, workdir, name), settings or {})
+        self.settings = merge_tables(default_settings(cp, workdir, name), settings or {})
         self.settings["node"]["name"] = name
         kubelet = self.settings["kubelet"]
         if not kubelet.get("cert_file"):

@@ -36,11 +36,12 @@ from typing import Any
 
 from gateway.config import ConfigError, set_dotted
 from gateway.devstack import build
-from gateway.devstack.agent import GatewayProcess, _merge
+from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import WHOLE_ADDONS, ControlPlane, launch_control_plane
 from gateway.devstack.nomad import NomadAgent, launch_nomad
 from gateway.devstack.process import DevstackError
 from gateway.devstack.tools import find_kubectl
+from translators.settings import merge_tables
 
 SAMPLE_APP = "hello-vkgate"
 SAMPLE_NAMESPACE = "default"
@@ -280,15 +281,17 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
             if raw_exec:
                 nomad_table["template"] = raw_exec
             nomad_defaults = {"backend": {"kind": "nomad", "nomad": nomad_table}}
-            settings = _merge(nomad_defaults, settings)
+            settings = merge_tables(nomad_defaults, settings)
         else:
             # The demo execs into its pod: the simulated backend runs exec commands locally,
             # as Nomad's raw_exec does in the dev agent.
             extra = {"simulated": {"exec_local": True}} if backend == "simulated" else {}
-            settings = _merge({"backend": {"kind": backend, **extra}}, settings)
+            settings = merge_tables({"backend": {"kind": backend, **extra}}, settings)
         # Team templates (templates/README.md step 4): ConfigMaps in vkgate-system, as in
         # deploy/; the namespace exists so the README's ConfigMap applies as written.
-        settings = _merge({"templates": {"configmap_namespace": TEMPLATES_NAMESPACE}}, settings)
+        settings = merge_tables(
+            {"templates": {"configmap_namespace": TEMPLATES_NAMESPACE}}, settings
+        )
         with contextlib.suppress(urllib.error.HTTPError):  # already there
             cp.api().request(
                 "POST",
