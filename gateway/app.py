@@ -27,7 +27,6 @@ import logging
 import signal
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
@@ -39,7 +38,8 @@ from gateway.node.leader import LeaderElector
 from gateway.pods.controller import PodController
 from translators import plugins
 from translators.base import Translator, TranslatorContext
-from translators.settings import SettingsError
+from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.settings import SettingsError
 
 log = logging.getLogger("gateway.app")
 

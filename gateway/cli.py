@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import config as cfg
-from translators.settings import SettingsError
+from vkgate_core.settings import SettingsError
 
 VERSION = "0.1.0"
 

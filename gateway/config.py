@@ -26,7 +26,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from gateway.names import TAINT_EFFECTS, label_value_error, qualified_name_error
 from translators import plugins
-from translators.settings import Setting, SettingsError, coerce, merge_tables
+from vkgate_core.settings import Setting, SettingsError, coerce, merge_tables
 
 SECRET_KEY = re.compile(
     r"(token|password|passwd|secret|credential|account_key|api_key|private_key|application_credential)",
@@ -38,7 +38,7 @@ MASK = "*****"
 class ConfigError(SettingsError):
     """A setting is missing or invalid; ``key`` is its dotted path.
 
-    The gateway's name for ``translators.settings.SettingsError``: a backend's own settings
+    The gateway's name for ``vkgate_core.settings.SettingsError``: a backend's own settings
     errors are ``SettingsError`` too, so callers catch that one type."""
 
 

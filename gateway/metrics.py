@@ -12,7 +12,7 @@ virtual nodes in one process — and tests — do not share counters.  Three way
   backend/operation/outcome and timed; ``TranslationError``/``UnsupportedError`` are also
   counted as translation failures by reason.  Translators stay free of gateway imports.
 
-This module sits outside the layer contract (like ``gateway.clock``): every layer may use it.
+This module sits outside the layer contract (like ``vkgate_core.clock``): every layer may use it.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from translators.base import (
     TranslatorContext,
 )
 from translators.rendering import TEAM_LABEL, Renderer
-from translators.settings import SettingsError
+from vkgate_core.settings import SettingsError
 
 log = logging.getLogger("gateway.offline")
 T = TypeVar("T")

@@ -38,7 +38,7 @@ from gateway.offline import (
 from translators import plugins
 from translators.base import TranslationError, TranslatorError, UnsupportedError
 from translators.rendering import Renderer, mask_secrets
-from translators.settings import SettingsError
+from vkgate_core.settings import SettingsError
 
 
 def renderer_for(

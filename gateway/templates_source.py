@@ -30,12 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.config import TemplateSettings
 from gateway.kube.reflector import Reflector
 from translators import plugins
 from translators.base import TranslationError
 from translators.rendering import TEAM_LABEL, OverlayTemplate, Renderer
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.templates")
 

@@ -12,7 +12,7 @@ the shared translator code names one:
 * ``factory`` builds the live translator (it may need credentials and the network);
 * ``settings`` validates ``[backend.<kind>]`` (plus the environment variables the backend reads
   by convention) and returns the effective settings for ``vkgate config check`` — it raises
-  ``translators.settings.SettingsError`` naming the key;
+  ``vkgate_core.settings.SettingsError`` naming the key;
 * ``offline`` builds a ``Renderable`` from settings alone — no I/O and no credentials — for
   ``vkgate render`` and ``vkgate templates check``;
 * ``default_template``, ``templates_dir`` (a folder holding ``<kind>/…`` templates) and
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from translators.base import Features, Renderable, Translator, TranslatorContext
-from translators.settings import Setting
+from vkgate_core.settings import Setting
 
 GROUP = "vkgate.translators"
 #: The backend a settings file without ``[backend] kind`` runs (the built-in test double).

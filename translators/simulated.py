@@ -71,7 +71,7 @@ from translators.base import (
 )
 from translators.plugins import BackendSpec
 from translators.quantity import cpu_millis, parse_quantity
-from translators.settings import Kind, Setting, SettingsError, coerce, report, unknown_keys
+from vkgate_core.settings import Kind, Setting, SettingsError, coerce, report, unknown_keys
 
 ANN = "vkgate.io/"
 #: Replaced by the workload's (fake) IP in env values, command and args (status.podIP fieldRefs).

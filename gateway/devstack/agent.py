@@ -31,7 +31,7 @@ from typing import Any
 from gateway.config import to_toml
 from gateway.devstack.controlplane import ControlPlane
 from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
-from translators.settings import merge_tables
+from vkgate_core.settings import merge_tables
 
 
 def serving_ips(settings: Mapping[str, Any]) -> tuple[str, ...]:

@@ -41,7 +41,7 @@ from gateway.devstack.controlplane import WHOLE_ADDONS, ControlPlane, launch_con
 from gateway.devstack.nomad import NomadAgent, launch_nomad
 from gateway.devstack.process import DevstackError
 from gateway.devstack.tools import find_kubectl
-from translators.settings import merge_tables
+from vkgate_core.settings import merge_tables
 
 SAMPLE_APP = "hello-vkgate"
 SAMPLE_NAMESPACE = "default"

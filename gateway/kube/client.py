@@ -18,7 +18,7 @@ Design decisions:
   sends before doing anything (APF throttling), so a retry can never apply a write twice.
 * ``stats`` counts every write sent, keyed ``(verb, resource[/subresource])``, for tests and the
   benchmark (e.g. ``stats[("patch", "pods/status")]``).
-* All waiting goes through ``gateway.clock.Clock`` so timing is testable with a fake clock.
+* All waiting goes through ``vkgate_core.clock.Clock`` so timing is testable with a fake clock.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from typing import Any, Literal, TypedDict
 
 import httpx
 
-from gateway.clock import Clock, SystemClock
 from gateway.config import KubeSettings
 from gateway.errors import StartupError
 from gateway.kube.errors import ApiError, NotLeader, error_from_status, error_from_transport
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.kube")
 

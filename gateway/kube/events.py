@@ -36,9 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.kube.client import KubeClient, TokenBucket
 from gateway.kube.errors import NotFound
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.kube.events")
 

@@ -21,7 +21,7 @@ managed fields: an update that omits them leaves them unchanged.
 
 Resource versions are opaque strings: only compared for equality, never ordered.  The handler is
 awaited inline (keep it fast, e.g. enqueue a key); an exception in it is logged and never stops
-the reflector.  All timing goes through ``gateway.clock.Clock``.
+the reflector.  All timing goes through ``vkgate_core.clock.Clock``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.kube.reflector")
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from gateway.clock import Clock, SystemClock
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.clock import Clock, SystemClock
 from gateway.errors import StartupError
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Conflict
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

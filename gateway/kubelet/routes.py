@@ -20,7 +20,6 @@ import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from gateway.clock import Clock
 from gateway.kubelet import logs as logs_mod
 from gateway.kubelet import metrics as metrics_mod
 from gateway.kubelet import stats as stats_mod
@@ -41,6 +40,7 @@ from translators.base import (
     TranslatorError,
     UnsupportedError,
 )
+from vkgate_core.clock import Clock
 
 log = logging.getLogger(__name__)
 

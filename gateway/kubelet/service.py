@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.config import KubeletSettings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
@@ -24,6 +23,7 @@ from gateway.kubelet.ownmetrics import MetricsServer, Readiness, path_class
 from gateway.kubelet.routes import KubeletAPI, PodLookup
 from gateway.kubelet.server import Exchange, HttpServer, Request
 from gateway.metrics import Metrics
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

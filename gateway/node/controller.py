@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gateway.clock import Clock, SystemClock
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.backoff import Backoff
@@ -51,6 +50,7 @@ from gateway.node import spec
 from gateway.node.health import BackendHealth, with_timeout
 from gateway.node.lease import LeaseKeeper
 from translators.base import Capacity, NodeInfo, Translator
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.node")
 

@@ -20,8 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from gateway.clock import Clock, SystemClock
 from gateway.kube.errors import truncate
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.node.health")
 

@@ -28,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.config import HaSettings
 from gateway.errors import StartupError
 from gateway.kube.client import NO_RETRY, KubeClient
 from gateway.kube.errors import ApiError, Conflict, Forbidden, NotFound
 from gateway.node.lease import micro_time
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.node.leader")
 

@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.clock import Clock, SystemClock
 from gateway.config import Settings
 from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
@@ -40,6 +39,7 @@ from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.sync import PodState, PodSync, Retry, parse_time, pod_key
 from gateway.pods.translation import TranslationRetries
 from translators.base import Notifier, Translator, TranslatorError, WorkloadState
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.pods")
 

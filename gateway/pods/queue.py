@@ -16,7 +16,7 @@ and two workers can never act on the same pod at once.  Rules (docs/design/kubel
   the backend, while first attempts of new pods are never throttled (Go VK's mistake).
 
 Keys are opaque strings; the pod controller uses ``ns/name`` for syncs and ``ns/name/uid`` for
-the cleanup of a pod that is gone from the API.  All time goes through ``gateway.clock.Clock``.
+the cleanup of a pod that is gone from the API.  All time goes through ``vkgate_core.clock.Clock``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from gateway.clock import Clock, SystemClock
+from vkgate_core.clock import Clock, SystemClock
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from gateway.clock import Clock, SystemClock
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, NotFound
 from gateway.pods import env as envmod
@@ -60,6 +59,7 @@ from translators.base import (
     ResolvedPod,
 )
 from translators.rendering import TEAM_LABEL
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.pods.resolve")
 

@@ -45,7 +45,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.clock import Clock
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict, Invalid, NotFound
 from gateway.kube.events import EventRecorder
@@ -65,6 +64,7 @@ from translators.base import (
     UnsupportedError,
     WorkloadState,
 )
+from vkgate_core.clock import Clock
 
 log = logging.getLogger("gateway.pods.sync")
 

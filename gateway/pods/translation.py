@@ -38,8 +38,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gateway.clock import Clock
 from gateway.pods.queue import BackoffPolicy
+from vkgate_core.clock import Clock
 
 #: Backstop retry delays of a pod that failed to translate, while the templates do not change.
 BACKSTOP = BackoffPolicy(base=60.0, cap=600.0, jitter=0.1)

@@ -52,3 +52,10 @@ def test_every_backend_is_independent_of_the_others() -> None:
 
     built_in = {k for k in plugins.kinds() if k != "acme"}  # acme lives in its own distribution
     assert {f"translators.{k}" for k in built_in} == modules
+
+
+def test_the_neutral_core_imports_neither_side() -> None:
+    core = _contracts()["importlinter:contract:core-below-both"]
+    assert core["source_modules"].split() == ["vkgate_core"]
+    assert set(core["forbidden_modules"].split()) == {"gateway", "translators", "templates"}
+    assert _children("vkgate_core") == {"clock", "settings"}

@@ -13,7 +13,7 @@ from translators.batch.spec import TaskBuilder
 from translators.batch.translator import BatchTranslator
 from translators.plugins import BackendSpec
 from translators.rendering import Renderer, packaged_templates_dir
-from translators.settings import Setting, report
+from vkgate_core.settings import Setting, report
 
 #: Table keys the Azure CLI's conventional variables fill in when the table leaves them out.
 ENV_KEYS = {"account_name": ENV_ACCOUNT, "account_key": ENV_KEY, "endpoint": ENV_ENDPOINT}

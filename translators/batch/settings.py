@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from translators.settings import SettingsError, coerce
+from vkgate_core.settings import SettingsError, coerce
 
 ENV_ACCOUNT = "AZURE_BATCH_ACCOUNT"
 ENV_KEY = "AZURE_BATCH_ACCESS_KEY"

@@ -5,7 +5,7 @@ Precedence is *table > environment > default*: the Nomad CLI's own variables (``
 ``NOMAD_CLIENT_CERT``, ``NOMAD_CLIENT_KEY``, ``NOMAD_SKIP_VERIFY``) work out of the box, and
 an explicit vkgate.toml value always wins over whatever the shell happens to export.
 
-Every key is validated here with the shared coercer (``translators.settings``) and a bad one
+Every key is validated here with the shared coercer (``vkgate_core.settings``) and a bad one
 raises ``SettingsError`` naming ``backend.nomad.<key>``, so ``vkgate config check`` and the
 agent's start-up report it the same way.  This dataclass is the table's schema.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from translators.quantity import cpu_millis, parse_quantity
-from translators.settings import Kind, SettingsError, coerce
+from vkgate_core.settings import Kind, SettingsError, coerce
 
 ENV_KEYS = {
     "address": "NOMAD_ADDR",

@@ -55,14 +55,14 @@ import asyncio
 import datetime as _dt
 import logging
 import math
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from translators.base import BackendError, ContainerUsage, NodeUsage, PodRef, PodUsage
 from translators.nomad.client import NomadClient, RetryPolicy
 from translators.nomad.status import JobView, parse_time
+from vkgate_core.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -72,23 +72,6 @@ PRIMING_SECONDS = 15.0
 NO_RETRY = RetryPolicy(backoff=())
 
 TaskKey = tuple[str, str]  # (allocation id, task name)
-
-
-class Clock(Protocol):
-    """Wall time for ages and sample times, monotonic time for the integration steps
-    (``gateway.clock.FakeClock`` fits; translators never import the gateway)."""
-
-    def monotonic(self) -> float: ...
-
-    def now(self) -> _dt.datetime: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def now(self) -> _dt.datetime:
-        return _dt.datetime.now(_dt.UTC)
 
 
 # --------------------------------------------------------------------------- pure mapping

@@ -12,7 +12,7 @@ from translators.nomad.schema import NOMAD
 from translators.nomad.translator import NomadTranslator
 from translators.plugins import BackendSpec
 from translators.rendering import packaged_templates_dir
-from translators.settings import Setting, report
+from vkgate_core.settings import Setting, report
 
 
 def settings(table: Mapping[str, Any], environ: Mapping[str, str], node_name: str) -> list[Setting]:

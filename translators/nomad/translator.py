@@ -69,11 +69,12 @@ from translators.nomad.jobs import (
 )
 from translators.nomad.literal import POD_IP_SENTINEL
 from translators.nomad.logs import LogReader, LogTarget
-from translators.nomad.metrics import Clock, NomadMetrics, SystemClock
+from translators.nomad.metrics import NomadMetrics
 from translators.nomad.notifier import ChangeFeed
 from translators.nomad.runs import Runs, last_terminated
 from translators.nomad.status import JobView, parse_time, placement_from, workload_state
 from translators.nomad.views import JobBook, Key, merge_alloc, view_key
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from translators.settings import SettingsError, coerce
+from vkgate_core.settings import SettingsError, coerce
 
 #: Keys passed through to keystoneauth (``auth`` section of a clouds.yaml entry).
 AUTH_KEYS = (

@@ -9,12 +9,12 @@ from typing import Any
 from translators.base import JSON, Features, ResolvedPod, Translator, TranslatorContext
 from translators.plugins import BackendSpec
 from translators.rendering import Renderer, packaged_templates_dir
-from translators.settings import Setting, report
 from translators.zun.client import FEATURES, feature_flags
 from translators.zun.config import load_config, parse_microversion
 from translators.zun.schema import ZUN
 from translators.zun.spec import SpecBuilder
 from translators.zun.translator import ZunTranslator, zun_features
+from vkgate_core.settings import Setting, report
 
 #: Variables openstacksdk's config loader reads (``OS_CLOUD``, ``OS_AUTH_URL``, …).
 ENV_PREFIX = "OS_"

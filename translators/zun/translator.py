@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as _dt
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
@@ -70,6 +68,7 @@ from translators.zun.status import (
     container_workload,
     owned_by,
 )
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
@@ -80,27 +79,6 @@ CAPSULE_NO_LOGS = (
     "Zun does not serve logs/exec for containers of a capsule (multi-container pod); only "
     "single-container pods run as standalone Zun containers with logs and exec"
 )
-
-
-class Clock(Protocol):
-    """Structural twin of ``gateway.clock.Clock`` (translators never import the gateway)."""
-
-    def monotonic(self) -> float: ...
-
-    def now(self) -> _dt.datetime: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class _SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def now(self) -> _dt.datetime:
-        return _dt.datetime.now(_dt.UTC)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
 
 
 @dataclass
@@ -150,7 +128,7 @@ class ZunTranslator:
         table.update(settings)
         self.cfg: ZunConfig = load_config(table)
         self.node_name = ctx.node_name if ctx else "vkgate"
-        self.clock: Clock = clock or _SystemClock()
+        self.clock: Clock = clock or SystemClock()
         self.auth: ZunAuth = auth or build_auth(self.cfg, requests_session=requests_session)
         verify: bool | str = getattr(self.auth, "verify", self.cfg.verify)
         self.verify = verify

@@ -21,10 +21,10 @@ import pytest
 import respx
 from nomad_fixtures import ADDRESS, NODE, Sleeps
 
-from gateway.clock import FakeClock
 from translators.base import BackendUnavailable, MetricsSource, TranslatorContext
 from translators.nomad import NomadTranslator
 from translators.nomad.metrics import START_CORE_SECONDS as F
+from vkgate_core.clock import FakeClock
 
 pytestmark = pytest.mark.contract
 

@@ -14,9 +14,9 @@ import pytest
 from fake_zun import FakeOpenStack
 from zun_upstream import zun_api_or_none
 
-from gateway.clock import FakeClock
 from translators.base import TranslatorContext
 from translators.zun import ZunTranslator
+from vkgate_core.clock import FakeClock
 
 NODE = "vk-zun"
 

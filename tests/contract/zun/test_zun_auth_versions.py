@@ -9,9 +9,9 @@ import yaml
 from fake_zun import FakeOpenStack, LoopbackServer
 from zun_pods import resolved_pod, simple_pod
 
-from gateway.clock import FakeClock
 from translators.base import BackendAuthError, UnsupportedError
 from translators.zun import ZunTranslator
+from vkgate_core.clock import FakeClock
 
 pytestmark = pytest.mark.contract
 

@@ -10,9 +10,9 @@ import pytest
 from fake_zun import FakeOpenStack
 from zun_pods import resolved_pod, simple_pod
 
-from gateway.clock import FakeClock
 from translators.base import BackendRejected, LogOptions, Phase, UnsupportedError
 from translators.zun import ZunTranslator
+from vkgate_core.clock import FakeClock
 
 pytestmark = pytest.mark.contract
 

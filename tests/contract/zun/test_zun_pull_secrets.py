@@ -11,10 +11,10 @@ import pytest
 from fake_zun import FakeOpenStack
 from zun_pods import resolved_pod, simple_pod
 
-from gateway.clock import FakeClock
 from translators.base import Phase, RegistryCredential, ResolvedPod
 from translators.zun import ZunTranslator
 from translators.zun.registries import registry_name
+from vkgate_core.clock import FakeClock
 
 pytestmark = pytest.mark.contract
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from gateway.clock import FakeClock
 from translators.nomad.metrics import CpuIntegrator, node_usage, targets
 from translators.nomad.status import JobView
+from vkgate_core.clock import FakeClock
 
 
 def _at(text: str) -> _dt.datetime:

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.clock import FakeClock
 from gateway.kube import errors as e
 from gateway.kube.client import (
     KubeClient,
@@ -22,6 +21,7 @@ from gateway.kube.client import (
     load_config,
     resource_of,
 )
+from vkgate_core.clock import FakeClock
 
 Handler = Callable[[httpx.Request], Any]
 

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.clock import FakeClock
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
 from gateway.kube.events import EventRecorder
+from vkgate_core.clock import FakeClock
 
 POD = {"metadata": {"namespace": "team-a", "name": "web", "uid": "pod-uid", "resourceVersion": "5"}}
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.clock import FakeClock
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
 from gateway.kube.reflector import Reflector
+from vkgate_core.clock import FakeClock
 
 PATH = "/api/v1/pods"
 

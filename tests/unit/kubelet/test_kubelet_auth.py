@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from kubelet_helpers import FakeReviews
 
-from gateway.clock import FakeClock
 from gateway.kubelet.auth import (
     ANONYMOUS,
     Authenticator,
@@ -19,6 +18,7 @@ from gateway.kubelet.auth import (
     user_from_cert,
     verb_for,
 )
+from vkgate_core.clock import FakeClock
 
 
 @pytest.mark.parametrize(

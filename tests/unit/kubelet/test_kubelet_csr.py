@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.clock import FakeClock
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
 from gateway.kubelet.certs import CertStore
 from gateway.kubelet.csr import CSRS, CsrError, ServingCertManager, cert_facts
+from vkgate_core.clock import FakeClock
 
 START = _dt.datetime(2026, 3, 1, 10, 0, 0, tzinfo=_dt.UTC)
 

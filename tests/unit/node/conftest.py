@@ -8,8 +8,8 @@ import httpx
 import pytest
 from node_fakes import FakeApi
 
-from gateway.clock import FakeClock
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
+from vkgate_core.clock import FakeClock
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from gateway.clock import FakeClock
 from translators.quantity import cpu_millis, format_bytes, format_cpu, parse_quantity
+from vkgate_core.clock import FakeClock
 
 MERGE_KEYS = {"conditions": "type", "addresses": "type"}
 

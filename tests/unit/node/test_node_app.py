@@ -13,13 +13,13 @@ import pytest
 from node_fakes import FakeApi, FakeTranslator, settle
 
 from gateway.app import App, load_translator
-from gateway.clock import FakeClock
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
 from gateway.logging_setup import setup_logging
 from translators import plugins
 from translators.simulated import SimulatedTranslator
+from vkgate_core.clock import FakeClock
 
 
 def make_settings() -> Settings:

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from node_fakes import FakeApi, FakeTranslator, advance, settle
 
-from gateway.clock import FakeClock
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
 from gateway.kube.events import EventRecorder
 from gateway.node.controller import NodeController
+from vkgate_core.clock import FakeClock
 
 SEMVER = re.compile(r"^v\d+\.\d+\.\d+(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$")
 

@@ -9,12 +9,12 @@ from collections.abc import Callable
 import pytest
 from node_fakes import FakeApi, advance, settle
 
-from gateway.clock import FakeClock
 from gateway.config import HaSettings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import NotLeader
 from gateway.node.leader import LeaderElector
+from vkgate_core.clock import FakeClock
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/vkgate-leader-vk-test"
 MakeClient = Callable[[FakeApi], KubeClient]

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from node_fakes import FakeApi, advance
 
-from gateway.clock import FakeClock
 from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict
 from gateway.node.lease import LeaseKeeper, micro_time
+from vkgate_core.clock import FakeClock
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

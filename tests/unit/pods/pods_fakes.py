@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from gateway.clock import FakeClock
 from gateway.kube.errors import Conflict, Forbidden, Gone, NotFound
 from gateway.pods import status as st
 from translators.base import (
@@ -32,6 +31,7 @@ from translators.base import (
     WorkloadState,
 )
 from translators.simulated import SimulatedTranslator
+from vkgate_core.clock import FakeClock
 
 _GONE = object()
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from pods_fakes import FakeKube, Polled, run_for, settle, sim_clock
 
-from gateway.clock import FakeClock
 from gateway.config import Settings
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
 from translators.simulated import SimulatedTranslator, fake_ip
+from vkgate_core.clock import FakeClock
 
 NODE = "vk-test"
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from pods_fakes import FakeKube
 
-from gateway.clock import FakeClock
 from gateway.pods.env import ReadError
 from gateway.pods.pullsecrets import (
     INVALID,
@@ -21,6 +20,7 @@ from gateway.pods.pullsecrets import (
 )
 from gateway.pods.resolve import RefCache, Resolver
 from translators.base import Features, RegistryCredential
+from vkgate_core.clock import FakeClock
 
 
 def b64(text: str) -> str:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from gateway.clock import FakeClock
 from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
+from vkgate_core.clock import FakeClock
 
 
 def make(clock: FakeClock, **kw: object) -> WorkQueue:

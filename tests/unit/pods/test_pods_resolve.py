@@ -6,10 +6,10 @@ from typing import Any
 
 from pods_fakes import FakeKube
 
-from gateway.clock import FakeClock
 from gateway.pods.env import ReadError
 from gateway.pods.resolve import TEAM_FROM_CONFIG, TEAM_FROM_LABEL, RefCache, Resolver, references
 from translators.base import Features
+from vkgate_core.clock import FakeClock
 
 
 def cm(name: str, **data: str) -> dict[str, Any]:

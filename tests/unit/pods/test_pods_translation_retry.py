@@ -14,7 +14,6 @@ import pytest
 from pods_fakes import FakeKube, Polled, run_for, settle, sim_clock
 
 from gateway.app import App
-from gateway.clock import FakeClock
 from gateway.config import Settings
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
@@ -22,6 +21,7 @@ from gateway.pods.translation import BACKSTOP, TranslationRetries
 from translators.base import ResolvedPod, TranslationError, WorkloadState
 from translators.rendering import Renderer
 from translators.simulated import SimulatedTranslator
+from vkgate_core.clock import FakeClock
 
 NODE = "vk-test"
 TEMPLATE = "sim/pod.j2"

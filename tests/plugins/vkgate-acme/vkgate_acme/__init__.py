@@ -24,8 +24,8 @@ from translators.base import (
 )
 from translators.plugins import BackendSpec
 from translators.rendering import Renderer, pod_context
-from translators.settings import Setting, coerce, report, unknown_keys
 from translators.simulated import SimulatedTranslator
+from vkgate_core.settings import Setting, coerce, report, unknown_keys
 
 KIND = "acme"
 TEMPLATES = Path(__file__).resolve().parent / "templates"

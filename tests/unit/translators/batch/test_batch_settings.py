@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from translators.batch.settings import parse_settings
-from translators.settings import SettingsError
+from vkgate_core.settings import SettingsError
 
 KEY = "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="
 BASE = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from translators.nomad.config import NomadConfig
-from translators.settings import SettingsError
+from vkgate_core.settings import SettingsError
 
 
 def test_defaults_are_safe() -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from gateway.clock import FakeClock
 from translators.nomad.metrics import (
     PRIMING_SECONDS,
     START_CORE_SECONDS,
@@ -16,6 +15,7 @@ from translators.nomad.metrics import (
     cpu_percent,
     memory_usage,
 )
+from vkgate_core.clock import FakeClock
 
 F = START_CORE_SECONDS
 

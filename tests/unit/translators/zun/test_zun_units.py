@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from translators.base import LogOptions
-from translators.settings import SettingsError
 from translators.zun.auth import KeystoneAuth, describe, load_cloud_region
 from translators.zun.capacity import Usage, capacity_from_quotas, usage_of
 from translators.zun.config import ZunConfigError, load_config
 from translators.zun.logs import query, split_timestamp
 from translators.zun.spec import cores, mebibytes, zun_name
 from translators.zun.status import RestartTracker, exit_code, is_image_problem, parse_time, pod_ip
+from vkgate_core.settings import SettingsError
 
 # -- settings -------------------------------------------------------------------------------
 
