@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from status_merge import apply_patch
+
 from gateway.kube.errors import Conflict, Forbidden, Gone, NotFound
 from gateway.pods import status as st
 from translators.base import (
@@ -197,7 +199,7 @@ class FakeKube:
             want = (body.get("metadata") or {}).get("uid")
             if want and want != pod["metadata"]["uid"]:
                 raise Conflict("Precondition failed: UID", status=409, reason="Conflict")
-            pod["status"] = st.apply_patch(pod.get("status") or {}, body.get("status") or {})
+            pod["status"] = apply_patch(pod.get("status") or {}, body.get("status") or {})
             self._bump(pod)
             self._emit("MODIFIED", pod)
             return copy.deepcopy(pod)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from status_merge import apply_patch
 
 from gateway.pods import status as st
 from translators.base import ContainerState, Phase, PodRef, WorkloadState
@@ -48,7 +49,7 @@ def write(pod: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """What the API server holds after our patch (applied locally)."""
     patch = st.status_patch(pod.get("status"), new, "u1")
     assert patch is not None and patch["metadata"] == {"uid": "u1"}
-    return {**pod, "status": st.apply_patch(pod.get("status") or {}, patch["status"])}
+    return {**pod, "status": apply_patch(pod.get("status") or {}, patch["status"])}
 
 
 def test_running_pod_has_every_condition_and_field() -> None:
@@ -473,4 +474,4 @@ def test_removed_condition_and_ip_list_patch() -> None:
     body = patch["status"]
     assert {"type": "B", "$patch": "delete"} in body["conditions"]
     assert body["podIPs"] == [{"ip": "fd::1"}]
-    assert st.apply_patch(old, body) == new
+    assert apply_patch(old, body) == new
