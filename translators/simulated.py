@@ -706,10 +706,10 @@ class _LocalExec:
 
 #: ``[backend.simulated]``: key → (kind, default, lower bound).
 _SETTINGS: dict[str, tuple[Kind, Any, float | None]] = {
-    "start_delay": ("duration", 0.5, None),
+    "start_delay": ("duration", 0.5, 0),
     "state_file": ("str", "", None),
     "unreachable_file": ("str", "", None),
-    "notify_interval": ("duration", 0.2, None),
+    "notify_interval": ("duration", 0.2, 0.01),  # 0 would spin
     "exec_local": ("bool", False, None),
     "cpu": ("str", "16", None),
     "memory": ("str", "64Gi", None),

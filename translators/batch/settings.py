@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -133,8 +134,23 @@ def _str(table: Mapping[str, Any], key: str, default: str = "") -> str:
     return str(coerce(f"backend.batch.{key}", "str", table.get(key, default)))
 
 
+#: Inclusive bounds of the float settings: refresh and poll intervals of 0 would spin, a
+#: timeout of 0 never answers (docs/design/config-bounds.md).
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "cores_per_slot": (0, 1024),
+    "node_refresh_seconds": (1, 86400),
+    "capacity_refresh_seconds": (1, 86400),
+    "full_relist_seconds": (10, 86400),
+    "log_poll_seconds": (0.1, 600),
+    "request_timeout": (0.1, 3600),
+    "max_retry_after": (0, 3600),
+    "submit_linger": (0, 10),
+}
+
+
 def _num(table: Mapping[str, Any], key: str, default: float) -> float:
-    return float(coerce(f"backend.batch.{key}", "float", table.get(key, default), lo=0))
+    lo, hi = _BOUNDS.get(key, (0, math.inf))
+    return float(coerce(f"backend.batch.{key}", "float", table.get(key, default), lo=lo, hi=hi))
 
 
 def _int(table: Mapping[str, Any], key: str, default: int, *, minimum: int = 0) -> int:

@@ -191,17 +191,17 @@ _KINDS: dict[str, tuple[Kind, float | None, float | None]] = {
     "pods": ("int", 0, None),
     "restart_attempts": ("int", 0, None),
     "max_connections": ("int", 1, 99),  # Nomad allows 100 connections per client IP
-    "stats_concurrency": ("int", 1, None),
+    "stats_concurrency": ("int", 1, 256),
     "mhz_per_core": ("float", 0, None),
-    "restart_interval": ("duration", None, None),
-    "restart_delay": ("duration", None, None),
-    "timeout": ("duration", None, None),
-    "connect_timeout": ("duration", None, None),
-    "blocking_wait": ("duration", None, None),
-    "stream_idle_timeout": ("duration", None, None),
-    "purge_timeout": ("duration", None, None),
-    "backstop_interval": ("duration", None, None),
-    "retry_backoff": ("durations", None, None),
+    "restart_interval": ("duration", 1, 7 * 86400),
+    "restart_delay": ("duration", 0, 3600),
+    "timeout": ("duration", 0.1, 3600),
+    "connect_timeout": ("duration", 0.1, 600),
+    "blocking_wait": ("duration", 1, 600),  # 0 would spin
+    "stream_idle_timeout": ("duration", 0.1, 86400),
+    "purge_timeout": ("duration", 0, 3600),
+    "backstop_interval": ("duration", 1, 3600),  # 0 would spin
+    "retry_backoff": ("durations", 0, 600),
 }
 
 

@@ -10,6 +10,7 @@ A bad value raises ``ZunConfigError`` naming ``backend.zun.<key>``, like the gat
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,8 +129,24 @@ def _bool(key: str, value: Any) -> bool:
     return bool(coerce(f"backend.zun.{key}", "bool", value))
 
 
+#: Inclusive bounds of the numeric settings: intervals of 0 would spin, timeouts of 0 never
+#: connect (docs/design/config-bounds.md).
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "timeout": (0.1, 3600),
+    "page_size": (1, 10000),
+    "on_failure_max_retries": (0, 1000),
+    "emptydir_size_gb": (1, 16384),
+    "stop_slack": (0, 3600),
+    "delete_poll_interval": (0.1, 600),
+    "log_poll_interval": (0.1, 600),
+    "pods": (0, 1_000_000),
+    "retry_backoff": (0, 600),
+}
+
+
 def _number(key: str, value: Any, kind: type[int] | type[float]) -> Any:
-    return coerce(f"backend.zun.{key}", "int" if kind is int else "float", value)
+    lo, hi = _BOUNDS.get(key, (0, math.inf))
+    return coerce(f"backend.zun.{key}", "int" if kind is int else "float", value, lo=lo, hi=hi)
 
 
 def parse_microversion(text: str) -> tuple[int, int]:
