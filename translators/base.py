@@ -477,6 +477,15 @@ class Executor(Protocol):
     ) -> ExecSession: ...
 
 
+@runtime_checkable
+class Attacher(Protocol):
+    """``kubectl attach``: join the container's running main process (its stdin/stdout)."""
+
+    async def attach(
+        self, ref: PodRef, container: str, *, tty: bool, stdin: bool
+    ) -> ExecSession: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerUsage:
     name: str

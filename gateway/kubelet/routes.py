@@ -28,6 +28,7 @@ from gateway.kubelet.server import Exchange, HttpError, Request
 from gateway.metrics import CONTENT_TYPE as OWN_CONTENT_TYPE
 from gateway.metrics import Metrics
 from translators.base import (
+    Attacher,
     BackendNotFound,
     BackendRejected,
     BackendThrottled,
@@ -37,6 +38,7 @@ from translators.base import (
     MetricsSource,
     NodeUsage,
     PodRef,
+    Translator,
     TranslatorError,
     UnsupportedError,
 )
@@ -89,7 +91,7 @@ class KubeletAPI:
         *,
         node_name: str,
         pods: PodLookup,
-        translator: object,
+        translator: Translator,
         clock: Clock,
         started: _dt.datetime,
         metrics: Metrics | None = None,
@@ -106,7 +108,7 @@ class KubeletAPI:
         self.config = config or {}
         self.creation_timeout = creation_timeout
         self.idle_timeout = idle_timeout
-        self.kind = str(getattr(translator, "kind", "") or type(translator).__name__)
+        self.kind = translator.kind
         self._routes: dict[str, tuple[frozenset[str], Handler]] = {
             "containerLogs": (frozenset({"GET", "HEAD"}), self.container_logs),
             "exec": (frozenset({"GET", "POST"}), self.exec),
@@ -214,8 +216,8 @@ class KubeletAPI:
     async def attach(self, req: Request, ex: Exchange, args: list[str]) -> None:
         opts = streams.parse_exec_options(req.query, need_command=False)
         ref, container = await self._target(args, "attach")
-        attach = getattr(self.translator, "attach", None)
-        if not isinstance(self.translator, Executor) or not callable(attach):
+        translator = self.translator
+        if not isinstance(translator, Attacher):
             raise HttpError(
                 501,
                 f"attach is not supported by the {self.kind} backend "
@@ -223,7 +225,7 @@ class KubeletAPI:
             )
 
         async def start() -> Any:
-            return await attach(ref, container, tty=opts.tty, stdin=opts.stdin)
+            return await translator.attach(ref, container, tty=opts.tty, stdin=opts.stdin)
 
         await self._stream(req, ex, opts, start)
 
@@ -372,11 +374,8 @@ class KubeletAPI:
         await ex.send_json(200, {"kubeletconfig": self.config})
 
     async def spec(self, req: Request, ex: Exchange, args: list[str]) -> None:
-        capacity = getattr(self.translator, "capacity", None)
-        if capacity is None:
-            raise HttpError(501, f"machine spec is not available from the {self.kind} backend")
         try:
-            cap = await capacity()
+            cap = await self.translator.capacity()
         except TranslatorError as exc:
             raise backend_http_error(exc) from exc
         await ex.send_json(

@@ -23,6 +23,7 @@ from gateway.kubelet.ownmetrics import MetricsServer, Readiness, path_class
 from gateway.kubelet.routes import KubeletAPI, PodLookup
 from gateway.kubelet.server import Exchange, HttpServer, Request
 from gateway.metrics import Metrics
+from translators.base import Translator
 from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class KubeletServer:
         settings: KubeletSettings,
         node_name: str,
         pods: PodLookup,
-        translator: object,
+        translator: Translator,
         client: ReviewClient | None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
