@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from translators.settings import SettingsError
 
 from translators import plugins
+from vkgate_core.settings import SettingsError
 
 #: (backend, key, a value the agent cannot live with); every other required key is given.
 BAD = [
