@@ -64,6 +64,9 @@ class Runs:
     """Recorded run ends per (allocation, task), keyed by the ``Terminated`` event's time."""
 
     ends: dict[tuple[str, str], dict[int, Sizes]] = field(default_factory=dict)
+    #: Run ends whose sizes Nomad would not give (allocation collected, no ``read-fs``):
+    #: not asked again.
+    unknown: set[tuple[str, str, int]] = field(default_factory=set)
 
     def needs(self, alloc: Mapping[str, Any]) -> list[str]:
         """Tasks of ``alloc`` whose latest run just ended and whose end is not recorded."""
@@ -72,7 +75,8 @@ class Runs:
             term = last_terminated(ts or {})
             if term is None or (ts or {}).get("State") == "running":
                 continue
-            if term not in self.ends.get((str(alloc.get("ID")), task), {}):
+            key = (str(alloc.get("ID")), task)
+            if term not in self.ends.get(key, {}) and (*key, term) not in self.unknown:
                 out.append(task)
         return out
 
@@ -82,6 +86,7 @@ class Runs:
     def forget(self, alloc_ids: Sequence[str]) -> None:
         for key in [k for k in self.ends if k[0] in alloc_ids]:
             del self.ends[key]
+        self.unknown = {u for u in self.unknown if u[0] not in alloc_ids}
 
     def window(
         self, alloc_id: str, task: str, ts: Mapping[str, Any], *, previous: bool

@@ -589,6 +589,8 @@ class NomadTranslator:
             )
         except BackendError as exc:
             log.debug("nomad: no log sizes for %s/%s: %s", target.alloc_id, target.task, exc)
+            if terminated is not None:
+                self._runs.unknown.add((target.alloc_id, target.task, terminated))
             return
         if terminated is not None:
             self._runs.record(target.alloc_id, target.task, terminated, sizes)

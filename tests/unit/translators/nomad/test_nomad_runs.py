@@ -87,3 +87,12 @@ def test_forget_drops_an_allocations_boundaries() -> None:
     runs.record("a", "app", T0, (1, 1))
     runs.forget(["a"])
     assert runs.ends == {}
+
+
+def test_a_run_end_nomad_would_not_size_is_not_asked_again() -> None:
+    runs = Runs()
+    dead = ts("dead", 0, ev("Started", 1), ev("Terminated", 2))
+    alloc = {"ID": "a", "TaskStates": {"app": dead}}
+    assert runs.needs(alloc) == ["app"]
+    runs.unknown.add(("a", "app", T0 + 2 * S))
+    assert runs.needs(alloc) == []
