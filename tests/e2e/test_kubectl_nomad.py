@@ -30,19 +30,20 @@ import json
 import os
 import queue
 import re
-import shutil
 import ssl
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 import pytest
 from podjson import pod_json
+from ttyexec import exec_it
+from waiting import wait_until
 
 from gateway.devstack.agent import GatewayProcess
 
@@ -57,17 +58,6 @@ CHATTY = (
 #: ... and as vkgate shows it from Nomad: all of stdout, then all of stderr.
 CHATTY_LOGS = "out-1\nout-2\nout-3\nout-4\nerr-1\nerr-2\n"
 TICKS = 14  # the follow pod prints one line every 0.5 s: 7 s of output
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def pod_manifest(name: str, node: str, script: str, *, policy: str = "Never") -> str:
@@ -449,44 +439,13 @@ def test_exec_stdin_round_trips(
 def test_exec_tty(chatty: str, control_plane: Any, kubectl_path: Path) -> None:
     """``kubectl exec -it`` needs a terminal on kubectl's side: ``script`` gives it a pty
     (100x30, which kubectl sends as its first resize), our stdin pipe types into it."""
-    script = shutil.which("script")
-    if script is None:
-        pytest.skip("util-linux `script` is not installed: no pty for kubectl -t")
-    remote = "sleep 0.5; tty; stty size; read x; echo got $x; exit 4"
-    inner = " ".join(
-        [
-            "stty cols 100 rows 30;",
-            *map(str, kubectl_cmd(control_plane, kubectl_path)),
-            "exec",
-            "-it",
-            chatty,
-            "--",
-            "sh",
-            "-c",
-            f"'{remote}'",
-        ]
-    )
-    with subprocess.Popen(
-        [script, "-qefc", inner, "/dev/null"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as p:
-        assert p.stdin is not None
-        try:
-            time.sleep(1.0)
-            p.stdin.write(b"hello\n")
-            p.stdin.flush()  # stdin stays open: the remote exit alone ends the session
-            out_b, _ = p.communicate(timeout=30)
-        finally:
-            p.kill()
-    out = out_b.decode(errors="replace").replace("\r\n", "\n")
+    out, rc = exec_it(control_plane.kubeconfig, kubectl_path, chatty)
     lines = out.splitlines()
     assert any(line.startswith("/dev/pts/") for line in lines), out  # a pty on Nomad's side
     assert "30 100" in lines, out  # kubectl's terminal size reached it
     assert "got hello" in lines, out
     assert "\x00" not in out and "^@" not in out, out  # nothing but the terminal's own bytes
-    assert p.returncode == 4, out
+    assert rc == 4, out
 
 
 # --------------------------------------------------------------------------- :10250 directly

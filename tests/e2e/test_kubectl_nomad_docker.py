@@ -13,9 +13,6 @@ shows for a pod that can never be translated, and for a process that never start
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 import pytest
 from kubeletapi import kubelet_client
 from podjson import pod_json
+from ttyexec import exec_it
 from waiting import wait_until
 
 from gateway.devstack.agent import GatewayProcess
@@ -156,32 +154,11 @@ def test_exec_and_exec_it_in_a_docker_container(
     r = kubectl("exec", name, "--", "sh", "-c", "cat /etc/passwd | head -1; exit 5", check=False)
     # the container's own root fs (the imported image), not the host's
     assert r.stdout == "root:x:0:0:root:/root:/bin/sh\n" and r.returncode == 5
-    script = shutil.which("script")
-    if script is None:
-        pytest.skip("util-linux `script` is not installed: no pty for kubectl exec -it")
-    remote = "sleep 0.5; tty; stty size; read x; echo got $x; exit 4"
-    inner = (
-        f"stty cols 100 rows 30; {kubectl_path} --kubeconfig={control_plane.kubeconfig} "
-        f"exec -it {name} -- sh -c '{remote}'"
-    )
-    with subprocess.Popen(
-        [script, "-qefc", inner, "/dev/null"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as p:
-        assert p.stdin is not None
-        try:
-            time.sleep(1.0)
-            p.stdin.write(b"hello\n")
-            p.stdin.flush()
-            out_b, _ = p.communicate(timeout=30)
-        finally:
-            p.kill()
-    lines = out_b.decode(errors="replace").replace("\r\n", "\n").splitlines()
-    assert any(line.startswith("/dev/pts/") for line in lines), lines
-    assert "30 100" in lines and "got hello" in lines, lines
-    assert p.returncode == 4
+    out, rc = exec_it(control_plane.kubeconfig, kubectl_path, name)
+    lines = out.splitlines()
+    assert any(line.startswith("/dev/pts/") for line in lines), out
+    assert "30 100" in lines and "got hello" in lines, out
+    assert rc == 4
     kubectl("delete", "pod", name, "--wait=false")
 
 

@@ -1,0 +1,40 @@
+"""``kubectl exec -it`` with a real terminal on kubectl's side (util-linux ``script``)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Prints the tty and its size, reads one line, exits 4.
+REMOTE = "sleep 0.5; tty; stty size; read x; echo got $x; exit 4"
+
+
+def exec_it(kubeconfig: Path, kubectl_path: Path, pod: str, *, remote: str = REMOTE) -> Any:
+    """Run ``sh -c remote`` in ``pod`` through ``kubectl exec -it`` in a 100x30 pty, type
+    ``hello``; returns (output with CRLF → LF, exit code).  Skips without ``script``."""
+    script = shutil.which("script")
+    if script is None:
+        pytest.skip("util-linux `script` is not installed: no pty for kubectl exec -it")
+    argv: Sequence[str] = (str(kubectl_path), f"--kubeconfig={kubeconfig}", "exec", "-it", pod)
+    inner = f"stty cols 100 rows 30; {' '.join(argv)} -- sh -c '{remote}'"
+    with subprocess.Popen(
+        [script, "-qefc", inner, "/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as p:
+        assert p.stdin is not None
+        try:
+            time.sleep(1.0)
+            p.stdin.write(b"hello\n")
+            p.stdin.flush()  # stdin stays open: the remote exit alone ends the session
+            out_b, _ = p.communicate(timeout=30)
+        finally:
+            p.kill()
+    return out_b.decode(errors="replace").replace("\r\n", "\n"), p.returncode
