@@ -190,16 +190,16 @@ def test_logs_tail(chatty: str, kubectl: Any) -> None:
     assert kubectl("logs", chatty, "--tail=100").stdout == CHATTY_LOGS
 
 
+def running_since(kubectl: Any, name: str) -> str:
+    """The container's ``state.running.startedAt`` (RFC 3339, whole seconds)."""
+    path = "jsonpath={.status.containerStatuses[0].state.running.startedAt}"
+    return str(kubectl("get", "pod", name, "-o", path).stdout)
+
+
 def test_logs_since_is_exact_or_refused(chatty: str, kubectl: Any) -> None:
     # the run started less than an hour ago: every line of it is newer than that (exact)
     assert kubectl("logs", chatty, "--since=1h").stdout == CHATTY_LOGS
-    started = kubectl(
-        "get",
-        "pod",
-        chatty,
-        "-o",
-        "jsonpath={.status.containerStatuses[0].state.running.startedAt}",
-    ).stdout
+    started = running_since(kubectl, chatty)
     assert kubectl("logs", chatty, f"--since-time={started}").stdout == CHATTY_LOGS
     # a window that starts after the run began: Nomad cannot tell which lines are in it
     time.sleep(1.1)
@@ -215,13 +215,7 @@ def test_logs_timestamps(chatty: str, kubectl: Any) -> None:
     assert all(matches), lines
     assert [m[2] for m in matches if m] == CHATTY_LOGS.splitlines()
     # backlog lines: the run's start (Nomad stores no per-line times), whole seconds only
-    started = kubectl(
-        "get",
-        "pod",
-        chatty,
-        "-o",
-        "jsonpath={.status.containerStatuses[0].state.running.startedAt}",
-    ).stdout
+    started = running_since(kubectl, chatty)
     assert {m[1] for m in matches if m} == {started}
     # timestamps and tail compose
     tailed = kubectl("logs", chatty, "--timestamps", "--tail=1").stdout
