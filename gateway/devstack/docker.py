@@ -129,7 +129,21 @@ class Dockerd:
         try:
             self.proc.stop(timeout=20)
         finally:
+            unmount_below(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def unmount_below(root: Path) -> None:
+    """Lazily unmount what dockerd left mounted under ``root`` (observed: its network
+    namespace file ``exec/netns/default`` survives a stop), deepest first."""
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return
+    prefix = str(root).rstrip("/") + "/"
+    points = [ln.split()[1] for ln in lines if len(ln.split()) > 1]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False, timeout=10)
 
 
 def launch_dockerd(*, workdir: Path | None = None, timeout: float = 60.0) -> Dockerd:
