@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from waiting import wait_until
 
 from gateway.devstack import netns
 from gateway.devstack.agent import GatewayProcess
@@ -34,6 +35,8 @@ from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image
 from gateway.devstack.nomad import NomadAgent, launch_nomad
 from gateway.devstack.process import BinaryUnavailable
 from gateway.devstack.tools import find_kubectl
+
+__all__ = ["make_kubectl", "unavailable", "wait_until"]
 
 HERE = Path(__file__).parent
 
@@ -301,17 +304,3 @@ def deploy_service_account(
     user = json.loads(who)["status"]["userInfo"]["username"]
     assert user == "system:serviceaccount:vkgate-system:vkgate", user
     return ServiceAccountCreds(token, path)
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
-    """Poll ``fn`` until it returns something truthy (returned), else fail naming ``what``."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
