@@ -263,6 +263,10 @@ def test_default_service_account_token_volume_is_readable_on_nomad(
     )
     assert review["status"]["authenticated"] is True
     assert review["status"]["user"]["username"] == f"system:serviceaccount:{ns}:default"
+    cluster_kubectl("delete", "pod", "reader", "-n", ns, "--grace-period=0", "--force")
+    wait_until(
+        "Nomad job gone", lambda: not owned_jobs(nomad_agent.address, gw.node_name), timeout=60
+    )
 
 
 def _b64url(part: str) -> bytes:
@@ -383,7 +387,8 @@ def test_kubectl_top_shows_numbers_for_idle_and_busy_nomad_pods(
     gw = nomad_gateway(start_cluster_gateway, nomad_agent.address)
     scripts = {
         "idle": "exec sleep 600",
-        "busy": "end=$(( $(date +%s) + 300 )); while [ $(date +%s) -lt $end ]; do :; done",
+        # bounded, so that a failed run cannot leave a core busy for the rest of the tier
+        "busy": "end=$(( $(date +%s) + 150 )); while [ $(date +%s) -lt $end ]; do :; done",
     }
     for pod_name, script in scripts.items():
         obj = script_pod(pod_name, ns, gw.node_name, script)
@@ -426,4 +431,9 @@ def test_kubectl_top_shows_numbers_for_idle_and_busy_nomad_pods(
     )
     assert re.match(rf"^{re.escape(gw.node_name)}\s+\d+m\s+\d+%\s+\d+Mi\s+\d+%", node_line), (
         node_line
+    )
+    # the Nomad agent is shared by the session: stop the burner before the next test
+    cluster_kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force")
+    wait_until(
+        "Nomad jobs gone", lambda: not owned_jobs(nomad_agent.address, gw.node_name), timeout=60
     )
