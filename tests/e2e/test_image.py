@@ -29,6 +29,9 @@ def vkgate_image(dockerd: Any) -> str:
         unavailable(f"image tier: {exc}")
 
 
+# The image build runs in this test's setup (module fixture) and dockerd's vfs storage copies the
+# whole image for a new container: on 2 cores that is minutes, not the tier's 300 s default.
+@pytest.mark.timeout(1200)
 def test_the_image_runs_the_gateway_in_cluster_as_the_service_account(
     dockerd: Any,
     vkgate_image: str,
@@ -85,6 +88,7 @@ def test_the_image_runs_the_gateway_in_cluster_as_the_service_account(
         "-v", f"{cfg}:/etc/vkgate/vkgate.toml:ro",
         "-v", f"{client_ca}:/etc/vkgate/client-ca.crt:ro",
         vkgate_image,
+        timeout=600,
     )  # fmt: skip
     try:
 
