@@ -13,9 +13,12 @@ Design decisions:
   ``errors.error_from_transport``.
 * **Rate limit** is a token bucket (``kube.qps``/``kube.burst``) shared by every request,
   watches included (a watch costs one token when it opens).
-* **Retries are data** (``RetryPolicy``): idempotent reads are retried on 5xx / 429 / connection
-  errors with jittered backoff, honouring ``Retry-After``; writes only on 429, which the server
-  sends before doing anything (APF throttling), so a retry can never apply a write twice.
+* **Retries are data** (``KUBE_RETRY``, applied by the one retry layer
+  ``vkgate_core.retry.RetryTransport``, docs/design/retry.md): idempotent reads are retried on
+  5xx / 429 / connection errors with jittered backoff, honouring ``Retry-After``; writes only on
+  429, which the server sends before doing anything (APF throttling), or when the connection was
+  never made, so a retry can never apply a write twice.  Every attempt takes a rate-limit token
+  and is counted in ``stats``.
 * ``stats`` counts every write sent, keyed ``(verb, resource[/subresource])``, for tests and the
   benchmark (e.g. ``stats[("patch", "pods/status")]``).
 * All waiting goes through ``vkgate_core.clock.Clock`` so timing is testable with a fake clock.
@@ -40,6 +43,9 @@ from gateway.config import KubeSettings
 from gateway.errors import StartupError
 from gateway.kube.errors import ApiError, NotLeader, error_from_status, error_from_transport
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.retry import NO_RETRY, RETRY, RetryPolicy, RetryTransport
+
+__all__ = ["KUBE_RETRY", "NO_RETRY", "KubeClient", "KubeConfig", "RetryPolicy", "TokenBucket"]
 
 log = logging.getLogger("gateway.kube")
 
@@ -169,33 +175,17 @@ def load_config(path: str = "", *, context: str = "") -> KubeConfig:
 # --------------------------------------------------------------------------- policies
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long to wait before retrying a request.  Pure data + one pure function."""
+#: The Kubernetes API's retry policy (docs/design/retry.md): reads on 5xx / 429 / connection
+#: errors, writes only on 429 (APF throttles before doing anything) or a connection never made.
+KUBE_RETRY = RetryPolicy(
+    delays=(0.2, 0.5, 1.0, 2.0, 4.0),
+    jitter=0.2,
+    max_retry_after=30.0,
+    idempotent=frozenset({"GET", "HEAD"}),
+)
 
-    #: Backoff before retry n (the list length is the retry budget).
-    delays: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
-    #: Each delay is multiplied by a random factor in [1 - jitter, 1 + jitter].
-    jitter: float = 0.2
-    #: Upper bound for a server-sent Retry-After.
-    max_retry_after: float = 30.0
-    #: Methods retried on any retryable error; other methods only on 429.
-    idempotent: frozenset[str] = frozenset({"GET", "HEAD"})
-
-    def delay(self, method: str, attempt: int, err: ApiError, rng: random.Random) -> float | None:
-        """Seconds to wait before retry ``attempt`` (0-based), or None to give up."""
-        if attempt >= len(self.delays) or not err.retryable:
-            return None
-        if method not in self.idempotent and err.status != 429:
-            return None
-        base = self.delays[attempt] * rng.uniform(1 - self.jitter, 1 + self.jitter)
-        if err.retry_after is not None:
-            base = max(base, min(err.retry_after, self.max_retry_after))
-        return base
-
-
-#: For callers with their own retry loop.
-NO_RETRY = RetryPolicy(delays=())
+#: The request extension naming the token bucket a request's retries take from.
+_BUCKET = "vkgate.bucket"
 
 
 class TokenBucket:
@@ -270,7 +260,7 @@ class KubeClient:
         self.config = config
         self.server = config.server.rstrip("/")
         self.timeout = timeout
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or KUBE_RETRY
         self.clock: Clock = clock or SystemClock()
         self.stats: Counter[tuple[str, str]] = Counter()
         #: ``fence(method, path)`` → a reason to refuse a write before it is sent, or None.
@@ -281,13 +271,20 @@ class KubeClient:
         self._extensions: dict[str, Any] = (
             {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
         )
-        verify: ssl.SSLContext | bool = True
-        if transport is None and self.server.startswith("https"):
-            verify = config.ssl_context()
+        if transport is None:
+            verify: ssl.SSLContext | bool = True
+            if self.server.startswith("https"):
+                verify = config.ssl_context()
+            transport = httpx.AsyncHTTPTransport(verify=verify)
         self._http = httpx.AsyncClient(
             base_url=self.server,
-            transport=transport,
-            verify=verify,
+            transport=RetryTransport(
+                transport,
+                policy=self.retry,
+                sleep=self.clock.sleep,
+                rng=self._rng,
+                before_retry=self._before_retry,
+            ),
             auth=_Auth(config),
             timeout=httpx.Timeout(timeout),
             headers={"Accept": "application/json", "User-Agent": USER_AGENT},
@@ -344,7 +341,6 @@ class KubeClient:
         eventRecordQPS/eventBurst, so Events never slow status writes).
         """
         method = method.upper()
-        policy = retry or self.retry
         hdrs = dict(headers or {})
         content: bytes | None = None
         if json is not None:
@@ -355,37 +351,35 @@ class KubeClient:
             refused = self.fence(method, path)
             if refused:
                 raise NotLeader(f"{method} {path} not sent: {refused}", reason="NotLeader")
-        attempt = 0
-        bucket = limiter or self._limiter
-        while True:
-            await bucket.acquire()
-            if verb:
-                self.stats[(verb, resource_of(path))] += 1
-            err: ApiError
-            try:
-                resp = await self._http.request(
-                    method,
-                    path,
-                    params=_params(params),
-                    content=content,
-                    headers=hdrs,
-                    extensions=self._extensions,
-                )
-            except httpx.TransportError as exc:
-                err = error_from_transport(exc, context=f"{method} {self.server}{path}")
-                err.__cause__ = exc
-            else:
-                if resp.status_code < 400:
-                    return _decode(resp)
-                err = error_from_status(
-                    resp.status_code, resp.content, retry_after=resp.headers.get("Retry-After")
-                )
-            delay = policy.delay(method, attempt, err, self._rng)
-            if delay is None:
-                raise err
-            log.debug("%s %s failed (%s); retry %d in %.2fs", method, path, err, attempt + 1, delay)
-            attempt += 1
-            await self.clock.sleep(delay)
+        extensions = self._extensions
+        if retry is not None or limiter is not None:
+            extensions = {**extensions, RETRY: retry, _BUCKET: limiter}
+        await (limiter or self._limiter).acquire()
+        if verb:
+            self.stats[(verb, resource_of(path))] += 1
+        try:
+            resp = await self._http.request(
+                method,
+                path,
+                params=_params(params),
+                content=content,
+                headers=hdrs,
+                extensions=extensions,
+            )
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, context=f"{method} {self.server}{path}") from exc
+        if resp.status_code < 400:
+            return _decode(resp)
+        raise error_from_status(
+            resp.status_code, resp.content, retry_after=resp.headers.get("Retry-After")
+        )
+
+    async def _before_retry(self, request: httpx.Request) -> None:
+        """Each repeated attempt takes a token from the request's bucket and counts as a write."""
+        await (request.extensions.get(_BUCKET) or self._limiter).acquire()
+        verb = _WRITE_VERBS.get(request.method)
+        if verb:
+            self.stats[(verb, resource_of(request.url.path))] += 1
 
     async def get(
         self,
@@ -479,7 +473,7 @@ class KubeClient:
                 path,
                 params=_params(query),
                 timeout=timeout,
-                extensions=self._extensions,
+                extensions={**self._extensions, RETRY: NO_RETRY},
             ) as resp:
                 if resp.status_code >= 400:
                     body = await resp.aread()

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import GatewayError
-from translators.httputil import parse_retry_after
+from vkgate_core.retry import parse_retry_after
 
 #: Longest body excerpt kept in an error message.
 BODY_LIMIT = 300

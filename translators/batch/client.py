@@ -8,7 +8,10 @@ Why a facade and not the SDK everywhere: three rules must hold for every call an
   connection errors → ``BackendUnavailable``, 400/413 → ``BackendRejected(reason=<Batch code>)``).
 * **Backoff is data.**  The SDK's own retry policy is switched off (``retry_total=0``: it would
   sleep on the real clock); ``RetryPolicy`` retries 429/503 (and 500 OperationTimedOut) with its
-  delay steps, honouring ``Retry-After`` (capped), and sleeps through an injected function.
+  delay steps, honouring ``Retry-After`` (capped), and sleeps through an injected function.  The
+  wait is computed by the one retry policy (``vkgate_core.retry.RetryPolicy.wait``); *whether*
+  to retry stays here, per operation, because it depends on Batch's error code in the body
+  (docs/design/retry.md, "Azure Batch").
 * **Plain JSON out.**  Callers get REST-shaped dicts (``executionInfo``, ``nodeInfo``…) so the
   status mapping and the golden files speak the documented wire format, not SDK model classes.
 
@@ -23,6 +26,7 @@ import asyncio
 import datetime as _dt
 import email.utils
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -51,7 +55,8 @@ from translators.base import (
 )
 from translators.batch.settings import BatchSettings
 from translators.batch.transport import HttpxTransport
-from translators.httputil import parse_retry_after as retry_after_seconds
+from vkgate_core.retry import RetryPolicy as HttpRetryPolicy
+from vkgate_core.retry import parse_retry_after as retry_after_seconds
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +137,9 @@ def map_error(exc: BaseException, *, what: str = "") -> BackendError:
 
 # --------------------------------------------------------------------------- retry
 
+#: The policy has no jitter; ``wait`` still takes a generator.
+_NO_JITTER = random.Random(0)
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -145,12 +153,11 @@ class RetryPolicy:
 
     def delay(self, attempt: int, err: BackendError) -> float | None:
         """Seconds to wait before retry ``attempt`` (0-based), or None: give up."""
-        if attempt >= len(self.delays) or not self.retryable(err):
+        if not self.retryable(err):
             return None
-        after = getattr(err, "retry_after", None)
-        if after is not None:
-            return min(float(after), self.max_retry_after)
-        return self.delays[attempt]
+        after = err.retry_after if isinstance(err, BackendThrottled) else None
+        timing = HttpRetryPolicy(delays=self.delays, max_retry_after=self.max_retry_after)
+        return timing.wait(attempt, after, _NO_JITTER)
 
     def retryable(self, err: BackendError) -> bool:
         if err.status in self.statuses:

@@ -9,9 +9,11 @@ owns exactly four concerns:
   100-connections-per-IP limit;
 * **identity** — ``X-Nomad-Token`` and the ``namespace``/``region`` query parameters on every
   call;
-* **retries as data** — ``RetryPolicy.backoff`` is the tuple of delays; 429/5xx/connection
-  errors are retried, ``Retry-After`` is honoured (the longer of the two wins), everything
-  else fails at once.  Sleeping goes through an injectable ``sleep`` so tests never wait;
+* **retries as data** — the one retry layer (``vkgate_core.retry.RetryTransport``,
+  docs/design/retry.md) with ``retry_policy(config.retry_backoff)``: reads are retried on
+  429/5xx/connection errors, writes only on 429 or a connection never made; ``Retry-After`` is
+  honoured (the longer of the two wins, capped).  Sleeping goes through an injectable ``sleep``
+  so tests never wait;
 * **errors** — every failure passes through ``errors.error_for_status`` /
   ``error_for_transport`` (the one mapping).
 
@@ -32,9 +34,10 @@ from typing import Any
 
 import httpx
 
-from translators.base import BackendError, BackendThrottled, BackendUnavailable
+from translators.base import BackendUnavailable
 from translators.nomad.config import NomadConfig
 from translators.nomad.errors import error_for_status, error_for_transport
+from vkgate_core.retry import NO_RETRY, RETRY, RetryPolicy, RetryTransport
 
 log = logging.getLogger(__name__)
 
@@ -43,24 +46,9 @@ Params = Mapping[str, str | int | bool | list[str] | None]
 Query = list[tuple[str, str | int | float | bool | None]]
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Which failures are retried and how long to wait before each retry."""
-
-    backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
-    #: Upper bound of any single wait, including a server's Retry-After.
-    max_delay: float = 60.0
-
-    def delay(self, attempt: int, error: BackendError) -> float | None:
-        """Seconds to wait before retry number ``attempt`` (0-based), None = give up."""
-        if attempt >= len(self.backoff) or not isinstance(
-            error, BackendThrottled | BackendUnavailable
-        ):
-            return None
-        wait = self.backoff[attempt]
-        if isinstance(error, BackendThrottled) and error.retry_after is not None:
-            wait = max(wait, error.retry_after)
-        return min(wait, self.max_delay)
+def retry_policy(backoff: tuple[float, ...], *, max_retry_after: float = 60.0) -> RetryPolicy:
+    """Nomad's policy on the one retry layer: ``backoff`` is the tuple of delays."""
+    return RetryPolicy(delays=backoff, max_retry_after=max_retry_after)
 
 
 @dataclass(frozen=True)
@@ -99,7 +87,7 @@ class NomadClient:
         retry: RetryPolicy | None = None,
     ) -> None:
         self.config = config
-        self.retry = retry or RetryPolicy(backoff=config.retry_backoff)
+        self.retry = retry or retry_policy(config.retry_backoff)
         self._sleep = sleep
         self.ssl: ssl.SSLContext | bool = True if transport is not None else ssl_context(config)
         headers = {"User-Agent": "vkgate"}
@@ -110,13 +98,13 @@ class NomadClient:
             max_keepalive_connections=min(10, config.max_connections),
         )
         timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(verify=self.ssl, limits=limits, trust_env=False)
         self.http = httpx.AsyncClient(
             base_url=config.address,
             headers=headers,
             timeout=timeout,
-            limits=limits,
-            verify=self.ssl,
-            transport=transport,
+            transport=RetryTransport(transport, policy=self.retry, sleep=sleep),
             trust_env=False,
         )
         self._extensions: dict[str, Any] = (
@@ -159,26 +147,6 @@ class NomadClient:
         query = urllib.parse.urlencode(params)
         return f"{self.config.address}/v1{path}" + (f"?{query}" if query else "")
 
-    async def _with_retries(
-        self,
-        what: str,
-        call: Callable[[], Awaitable[Reply]],
-        *,
-        policy: RetryPolicy | None = None,
-    ) -> Reply:
-        retry = policy or self.retry
-        attempt = 0
-        while True:
-            try:
-                return await call()
-            except BackendError as err:
-                delay = retry.delay(attempt, err)
-                if delay is None:
-                    raise
-                log.debug("nomad %s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
-                attempt += 1
-                await self._sleep(delay)
-
     async def _once(
         self,
         method: str,
@@ -186,6 +154,8 @@ class NomadClient:
         params: Query,
         body: Any,
         read_timeout: float | None,
+        *,
+        retry: RetryPolicy | None,
     ) -> Reply:
         what = f"{method} {path}"
         try:
@@ -199,7 +169,9 @@ class NomadClient:
                     if read_timeout is None
                     else httpx.Timeout(read_timeout, connect=self.config.connect_timeout)
                 ),
-                extensions=self._extensions,
+                extensions=self._extensions
+                if retry is None
+                else {**self._extensions, RETRY: retry},
             )
         except httpx.HTTPError as exc:
             raise error_for_transport(exc, what=what) from exc
@@ -236,11 +208,7 @@ class NomadClient:
         """One API call with retries (``retry`` overrides the client's policy, e.g. none for a
         periodic scrape); ``path`` is relative to ``/v1``."""
         q = self.params(params, namespace=namespace, region=region)
-        return await self._with_retries(
-            f"{method} {path}",
-            lambda: self._once(method, path, q, body, read_timeout),
-            policy=retry,
-        )
+        return await self._once(method, path, q, body, read_timeout, retry=retry)
 
     async def get(self, path: str, **kw: Any) -> Any:
         return (await self.call("GET", path, **kw)).data
@@ -274,7 +242,11 @@ class NomadClient:
             connect=self.config.connect_timeout,
         )
         req = self.http.build_request(
-            "GET", "/v1" + path, params=q, timeout=timeout, extensions=self._extensions
+            "GET",
+            "/v1" + path,
+            params=q,
+            timeout=timeout,
+            extensions={**self._extensions, RETRY: NO_RETRY},
         )
         try:
             resp = await self.http.send(req, stream=True)

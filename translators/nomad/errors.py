@@ -25,7 +25,7 @@ from translators.base import (
     BackendThrottled,
     BackendUnavailable,
 )
-from translators.httputil import parse_retry_after as retry_after_seconds
+from vkgate_core.retry import parse_retry_after as retry_after_seconds
 
 MAX_BODY = 300
 _VALIDATION = re.compile(

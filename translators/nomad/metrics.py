@@ -60,17 +60,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from translators.base import BackendError, ContainerUsage, NodeUsage, PodRef, PodUsage
-from translators.nomad.client import NomadClient, RetryPolicy
+from translators.nomad.client import NomadClient
 from translators.nomad.status import JobView, parse_time
 from vkgate_core.clock import Clock
+from vkgate_core.retry import NO_RETRY
 
 log = logging.getLogger(__name__)
 
 #: A Percent of exactly 0 this soon after the task started is Nomad's unprimed tracker.
 PRIMING_SECONDS = 15.0
-#: Stats calls are not retried: the next scrape is the retry.
-NO_RETRY = RetryPolicy(backoff=())
-
 TaskKey = tuple[str, str]  # (allocation id, task name)
 
 
@@ -296,7 +294,7 @@ class NomadMetrics:
                     f"/client/allocation/{target.alloc_id}/stats",
                     namespace=target.namespace,
                     region=target.region,
-                    retry=NO_RETRY,
+                    retry=NO_RETRY,  # not retried: the next scrape is the retry
                 )
             except BackendError as exc:
                 log.debug(

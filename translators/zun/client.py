@@ -13,8 +13,10 @@ Design decisions:
 * **One status → exception function** (``error_for``) into the ``translators.base`` tree; Zun's
   error body ``{"errors": [{"detail": …}]}`` and Keystone's ``{"error": {"message": …}}`` are
   both understood; messages are truncated and never contain request bodies (env values).
-* **Retries are data** (``RetryPolicy``): delays in seconds, ``Retry-After`` honoured, only for
-  idempotent calls (and for any call whose connection was refused before it was sent).
+* **Retries are data** (``retry_policy(delays)`` on the one retry layer,
+  ``vkgate_core.retry.RetryTransport``, docs/design/retry.md): delays in seconds, ``Retry-After``
+  honoured, 5xx only for idempotent calls; 429 and a connection refused before anything was sent
+  for any call.
 * **Transport seam**: ``transport=`` takes any ``httpx.AsyncBaseTransport`` (the stateful
   fake, respx, or the real network).  TLS is verified unless the config says otherwise.
 """
@@ -40,9 +42,10 @@ from translators.base import (
     BackendThrottled,
     BackendUnavailable,
 )
-from translators.httputil import parse_retry_after
 from translators.zun.auth import ZunAuth
 from translators.zun.config import parse_microversion
+from vkgate_core.retry import IDEMPOTENT as IDEMPOTENT_REQUEST
+from vkgate_core.retry import RetryPolicy, RetryTransport, parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -96,22 +99,16 @@ class ZunQuotaExceeded(BackendThrottled):
     """Zun refused a create because the project's quota is used up (retry later)."""
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Delays (seconds) between attempts of a retryable call; ``Retry-After`` overrides."""
-
-    backoff: tuple[float, ...] = (0.5, 1.0, 2.0)
-    statuses: frozenset[int] = RETRY_STATUSES
-    max_retry_after: float = 60.0
-
-    def delay(self, attempt: int, err: BackendError) -> float | None:
-        """Seconds to wait before attempt ``attempt + 1``, or None to give up."""
-        if attempt >= len(self.backoff):
-            return None
-        retry_after = getattr(err, "retry_after", None)
-        if retry_after is not None:
-            return min(float(retry_after), self.max_retry_after)
-        return self.backoff[attempt]
+def retry_policy(
+    backoff: tuple[float, ...] = (0.5, 1.0, 2.0), *, max_retry_after: float = 60.0
+) -> RetryPolicy:
+    """Zun's policy on the one retry layer: ``backoff`` is the tuple of delays."""
+    return RetryPolicy(
+        delays=backoff,
+        max_retry_after=max_retry_after,
+        idempotent=IDEMPOTENT,
+        statuses=RETRY_STATUSES,
+    )
 
 
 def _redact(detail: str) -> str:
@@ -205,11 +202,16 @@ class ZunClient:
     ) -> None:
         self.auth = auth
         self.wanted = parse_microversion(microversion)
-        self.retry = retry or RetryPolicy()
+        self.retry = retry if retry is not None else retry_policy()
         self.page_size = page_size
-        self._sleep = sleep or asyncio.sleep
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(verify=verify)
         self._http = httpx.AsyncClient(
-            transport=transport, verify=verify, timeout=timeout, follow_redirects=False
+            transport=RetryTransport(
+                transport, policy=self.retry, sleep=sleep if sleep is not None else asyncio.sleep
+            ),
+            timeout=timeout,
+            follow_redirects=False,
         )
         self.negotiated: Negotiated | None = None
         self._negotiate_lock = asyncio.Lock()
@@ -305,9 +307,8 @@ class ZunClient:
     ) -> httpx.Response:
         """Send one Zun call with auth, microversion, re-auth on 401 and retries."""
         await self.ensure_negotiated()
-        safe = method in IDEMPOTENT if idempotent is None else idempotent
         key = f"{method} {label or path}"
-        attempt = 0
+        extensions = {} if idempotent is None else {IDEMPOTENT_REQUEST: idempotent}
         reauthed = renegotiated = False
         while True:
             token = await self.auth.token()
@@ -320,17 +321,15 @@ class ZunClient:
             self.calls[key] = self.calls.get(key, 0) + 1
             try:
                 resp = await self._http.request(
-                    method, base + path, params=params, json=json, headers=headers
+                    method,
+                    base + path,
+                    params=params,
+                    json=json,
+                    headers=headers,
+                    extensions=extensions,
                 )
             except httpx.TransportError as exc:
-                err: BackendError = BackendUnavailable(f"Zun {method} {path}: {exc!r}")
-                retry_ok = safe or isinstance(exc, httpx.ConnectError)
-                delay = self.retry.delay(attempt, err) if retry_ok else None
-                if delay is None:
-                    raise err from exc
-                attempt += 1
-                await self._sleep(delay)
-                continue
+                raise BackendUnavailable(f"Zun {method} {path}: {exc!r}") from exc
             if resp.status_code < 400:
                 return resp
             if resp.status_code == 401 and not reauthed:
@@ -349,14 +348,7 @@ class ZunClient:
                         format_version(self.version),
                     )
                     continue
-            err = error_for(resp, method=method, path=path)
-            delay = None
-            if safe and resp.status_code in self.retry.statuses:
-                delay = self.retry.delay(attempt, err)
-            if delay is None:
-                raise err
-            attempt += 1
-            await self._sleep(delay)
+            raise error_for(resp, method=method, path=path)
 
     async def get_json(self, path: str, *, params: Mapping[str, Any] | None = None) -> Any:
         return (await self.request("GET", path, params=params)).json()

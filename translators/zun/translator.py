@@ -53,7 +53,7 @@ from translators.base import (
 from translators.zun import logs as zun_logs
 from translators.zun.auth import ZunAuth, build_auth
 from translators.zun.capacity import Usage, capacity_from_quotas, usage_of
-from translators.zun.client import RetryPolicy, ZunClient, feature_flags, format_version
+from translators.zun.client import ZunClient, feature_flags, format_version, retry_policy
 from translators.zun.config import ZunConfig, load_config
 from translators.zun.exec import run_exec
 from translators.zun.registries import Registries
@@ -138,7 +138,7 @@ class ZunTranslator:
             transport=transport,
             verify=verify,
             timeout=self.cfg.timeout,
-            retry=RetryPolicy(backoff=self.cfg.retry_backoff),
+            retry=retry_policy(self.cfg.retry_backoff),
             page_size=self.cfg.page_size,
             sleep=self.clock.sleep,
         )

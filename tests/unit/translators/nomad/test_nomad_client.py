@@ -4,6 +4,7 @@ status → exception mapping, TLS verification by default."""
 from __future__ import annotations
 
 import email.utils
+import random
 import ssl
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from translators.base import (
     BackendThrottled,
     BackendUnavailable,
 )
-from translators.nomad.client import NomadClient, RetryPolicy, ssl_context
+from translators.nomad.client import NomadClient, retry_policy, ssl_context
 from translators.nomad.config import NomadConfig
 from translators.nomad.errors import error_for_status, error_for_transport, retry_after_seconds
 
@@ -69,22 +70,36 @@ def test_retry_after_seconds_and_http_date() -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "attempt", "delay"),
+    ("attempt", "retry_after", "delay"),
     [
-        (BackendUnavailable("x"), 0, 0.5),
-        (BackendUnavailable("x"), 2, 2.0),
-        (BackendUnavailable("x"), 3, None),  # steps used up
-        (BackendThrottled("x", retry_after=10), 0, 10.0),  # server asks for longer
-        (BackendThrottled("x", retry_after=0.1), 1, 1.0),  # our step is longer
-        (BackendThrottled("x", retry_after=999), 0, 60.0),  # capped
-        (BackendAuthError("x"), 0, None),
-        (BackendRejected("x"), 0, None),
-        (BackendNotFound("x"), 0, None),
+        (0, None, 0.5),
+        (2, None, 2.0),
+        (3, None, None),  # steps used up
+        (0, 10.0, 10.0),  # server asks for longer
+        (1, 0.1, 1.0),  # our step is longer
+        (0, 999.0, 60.0),  # capped
     ],
 )
-def test_retry_policy_is_data(error: Exception, attempt: int, delay: float | None) -> None:
-    policy = RetryPolicy(backoff=(0.5, 1.0, 2.0))
-    assert policy.delay(attempt, error) == delay  # type: ignore[arg-type]
+def test_retry_policy_is_data(attempt: int, retry_after: float | None, delay: float | None) -> None:
+    policy = retry_policy((0.5, 1.0, 2.0))
+    assert policy.wait(attempt, retry_after, random.Random(0)) == delay
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "retried"),
+    [
+        ("GET", 500, True),
+        ("GET", 503, True),
+        ("GET", 429, True),
+        ("GET", 403, False),
+        ("GET", 404, False),
+        ("POST", 429, True),
+        ("POST", 500, False),  # a write that may have been applied is not repeated
+        ("DELETE", 503, False),
+    ],
+)
+def test_which_answers_are_retried(method: str, status: int, retried: bool) -> None:
+    assert retry_policy((0.5,)).retries_status(method, status) is retried
 
 
 def test_tls_is_verified_by_default() -> None:

@@ -17,7 +17,7 @@ from translators.base import (
     BackendUnavailable,
 )
 from translators.zun.auth import StaticAuth
-from translators.zun.client import RetryPolicy, ZunClient, ZunQuotaExceeded, error_for
+from translators.zun.client import ZunClient, ZunQuotaExceeded, error_for, retry_policy
 
 BASE = "https://zun.example/v1"
 VERSIONS = {
@@ -53,7 +53,7 @@ def client(slept: list[float]) -> ZunClient:
         slept.append(s)
 
     return ZunClient(
-        StaticAuth("tok", BASE, "p1"), retry=RetryPolicy(backoff=(0.5, 1.0, 2.0)), sleep=sleep
+        StaticAuth("tok", BASE, "p1"), retry=retry_policy((0.5, 1.0, 2.0)), sleep=sleep
     )
 
 
@@ -185,7 +185,7 @@ async def test_negotiation_falls_back_to_the_root_version_document(client: ZunCl
 
 async def test_tls_is_verified_by_default() -> None:
     c = ZunClient(StaticAuth("t", BASE))
-    assert c._http._transport._pool._ssl_context.verify_mode.name == "CERT_REQUIRED"
+    assert c._http._transport.inner._pool._ssl_context.verify_mode.name == "CERT_REQUIRED"
     await c.aclose()
 
 
