@@ -123,6 +123,44 @@ async def test_writes_not_retried_on_5xx_but_on_429_with_retry_after():
     await c2.aclose()
 
 
+async def test_each_retried_attempt_takes_a_token_and_is_counted():
+    clock = SleepRecorder()
+    handler, seen = scripted(
+        httpx.Response(429, headers={"Retry-After": "1"}, json={"kind": "Status", "code": 429}),
+        httpx.Response(201, json={"metadata": {"name": "p"}}),
+    )
+    bucket = TokenBucket(qps=1, burst=1, clock=clock)
+    c = client(handler, clock)
+    await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}}, limiter=bucket)
+    assert len(seen) == 2
+    assert c.stats[("create", "pods")] == 2
+    # the Retry-After second refilled the one-token bucket: the repeat did not wait for it
+    assert clock.slept == [1.0]
+    await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}}, limiter=bucket)
+    assert clock.slept == [1.0, 1.0]  # the next request had to wait for a token
+    await c.aclose()
+
+
+async def test_a_write_is_retried_when_the_connection_was_refused():
+    clock = SleepRecorder()
+    handler, seen = scripted(
+        httpx.ConnectError("refused"), httpx.Response(201, json={"metadata": {"name": "p"}})
+    )
+    c = client(handler, clock)
+    await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}})
+    assert len(seen) == 2
+    await c.aclose()
+
+
+async def test_a_write_is_not_retried_after_a_read_timeout():
+    handler, seen = scripted(httpx.ReadTimeout("slow"))
+    c = client(handler)
+    with pytest.raises(e.ApiUnavailable, match="ReadTimeout"):
+        await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}})
+    assert len(seen) == 1
+    await c.aclose()
+
+
 def test_retry_after_is_capped():
     policy = RetryPolicy(max_retry_after=30.0)
     assert policy.wait(0, 3600.0, random.Random(0)) == 30.0
