@@ -1,18 +1,18 @@
 """The agent: build the components from settings, start them in order, stop them in reverse.
 
     App(settings)
-      .kube        KubeClient           (gateway.kube)
-      .translator  the backend          (entry point group ``vkgate.translators``, by backend.kind)
-      .events      EventRecorder
-      .node        NodeController       (registration, status, Lease, backend health)
-      .pods        PodController        (gateway.pods; None until wired)
-      .kubelet     kubelet HTTPS server (gateway.kubelet; None until wired)
+      .kube        KubeClient           (gateway.kube; one for every node: one connection pool)
+      .units       one NodeUnit per virtual node (gateway.nodeunit; ``settings.units()``)
+      .templates   TemplatesSource      (live templates from ConfigMaps; one per process)
+      .metrics     the process's Metrics (one node: that node's; several: merged, ``node`` label)
 
-``start()`` starts the translator, then the node (blocks until the Node is registered: it
-retries while the API server is unreachable), then each optional component in
-``components()`` order; ``stop()`` goes in reverse.  A component is any object with async
-``start()`` and ``stop()``: to add one, construct it in ``__init__``, assign the attribute, and
-list it in ``components()``.
+With one node (no ``[[nodes]]``) ``app.translator``, ``.events``, ``.leader``, ``.node``,
+``.pods`` and ``.kubelet`` are that unit's, as before.  ``start()`` starts every unit's events
+recorder and translator, the plain-HTTP metrics/probe server, waits for the API server, then
+starts each unit (its leader Lease, its Node — blocking until registered, retrying while the API
+server is unreachable — its pod controller and kubelet server) and finally the templates
+source; ``stop()`` goes in reverse.  What is shared and what is per node:
+docs/design/multinode.md.
 
 ``run_forever(settings)`` is what ``vkgate run`` calls: logging, SIGTERM/SIGINT → clean stop
 (stop renewing, leave the Node unless ``node.delete_on_shutdown``), exit code 0; a
@@ -23,49 +23,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
-from gateway.kube.events import EventRecorder
+from gateway.kubelet.ownmetrics import MetricsServer
 from gateway.logging_setup import setup_logging
-from gateway.metrics import InstrumentedTranslator, Metrics
-from gateway.node.controller import NodeController
-from gateway.node.leader import LeaderElector
-from gateway.pods.controller import PodController
-from translators import plugins
-from translators.base import Translator, TranslatorContext
+from gateway.metrics import Metrics, NodeMetrics
+from gateway.node.leader import LEASES, LeaderElector
+from gateway.nodeunit import NodeUnit, load_translator
+from translators.base import Translator
 from vkgate_core.clock import Clock, SystemClock
-from vkgate_core.settings import SettingsError
+
+__all__ = ["App", "load_translator", "run_forever"]
 
 log = logging.getLogger("gateway.app")
-
-
-def load_translator(settings: Settings, *, renderer: Any = None) -> Translator:
-    """Build the configured backend through its spec (only that backend is imported)."""
-    kind = settings.backend.kind
-    try:
-        spec = plugins.load(kind)
-    except plugins.PluginError as exc:
-        raise StartupError(f"backend.kind: {exc}") from exc
-    from gateway.templates_source import renderer_from_settings
-
-    ctx = TranslatorContext(
-        node_name=settings.node.name,
-        settings=settings.backend.table(),
-        renderer=renderer
-        if renderer is not None
-        else renderer_from_settings(settings.templates, kinds=[kind]),
-    )
-    try:
-        return spec.factory(ctx)
-    except SettingsError as exc:
-        raise StartupError(str(exc)) from exc
-    except (ValueError, TypeError, KeyError, OSError) as exc:
-        raise StartupError(f"backend.{kind}: {exc}") from exc
 
 
 class App:
@@ -75,94 +52,148 @@ class App:
         *,
         kube: KubeClient | None = None,
         translator: Translator | None = None,
+        translators: Mapping[str, Translator] | None = None,
         clock: Clock | None = None,
     ) -> None:
+        """``translator``: the one node's backend (tests); ``translators``: by node name."""
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.kube = kube or KubeClient.from_settings(settings.kube, clock=self.clock)
         from gateway.templates_source import TemplatesSource, renderer_from_settings
 
-        #: The template renderer the translator uses (ConfigMap templates land in its overlay).
-        self.renderer = renderer_from_settings(settings.templates, kinds=[settings.backend.kind])
-        self.translator = translator or load_translator(settings, renderer=self.renderer)
-        #: Own metrics (prometheus_client; gateway.metrics); controllers get the backend
-        #: through ``backend``, which counts and times every call.
-        self.metrics = Metrics(backend=settings.backend.kind)
-        backend: Any = InstrumentedTranslator(self.translator, self.metrics)
-        self.events = EventRecorder(
-            self.kube,
-            component="vkgate",
-            host=settings.node.name,
-            clock=self.clock,
-            qps=settings.kube.event_qps,
-            burst=settings.kube.event_burst,
-            queue_size=settings.kube.event_queue,
+        nodes = settings.units()
+        single = not settings.nodes
+        kinds = list(dict.fromkeys(n.backend.kind for n in nodes))
+        #: The template renderer every translator uses (ConfigMap templates land in its overlay).
+        self.renderer = renderer_from_settings(settings.templates, kinds=kinds)
+        given = dict(translators or {})
+        if translator is not None:
+            given.setdefault(nodes[0].node.name, translator)
+        #: One unit per virtual node, all on ``self.kube``.  The plain-HTTP metrics/probe
+        #: endpoint is one per process: the one node's kubelet server serves it (as before
+        #: ``[[nodes]]`` existed); with several nodes the App does, for all of them.
+        self.units: list[NodeUnit] = [
+            NodeUnit(
+                n if single else _without_metrics_address(n),
+                kube=self.kube,
+                clock=self.clock,
+                renderer=self.renderer,
+                translator=given.get(n.node.name),
+                on_lost=self._lost,
+                ready=self.readiness,
+                process_metrics=single,
+                count_api=single,
+            )
+            for n in nodes
+        ]
+        first = self.units[0]
+        #: What ``/metrics`` serves: the one node's registry, or every node's merged.
+        self.metrics: Metrics | NodeMetrics = (
+            first.metrics if single else NodeMetrics({u.name: u.metrics for u in self.units})
         )
-        #: Live templates from ConfigMaps (templates.configmap_namespace), when configured.
+        if isinstance(self.metrics, NodeMetrics):
+            self._count_api(self.metrics)
+        #: Live templates from ConfigMaps (templates.configmap_namespace), when configured;
+        #: candidates are validated against the first node's backend.
         self.templates: Any = None
         if settings.templates.configmap_namespace:
             self.templates = TemplatesSource(
                 self.kube,
                 self.renderer,
                 namespace=settings.templates.configmap_namespace,
-                events=self.events,
-                backend=settings.backend.kind,
-                backend_settings=settings.backend.table(),
+                events=first.events,
+                backend=first.settings.backend.kind,
+                backend_settings=first.settings.backend.table(),
                 clock=self.clock,
             )
-        #: One instance drives a node: the leader Lease (docs/design/ha.md); every write
-        #: through ``kube`` is fenced on it.
-        self.leader = LeaderElector(
-            self.kube, settings.node.name, settings.ha, clock=self.clock, on_lost=self._lost
-        )
-        self.kube.fence = self.leader.fence
+        # Every write through ``kube`` is fenced on the leader Lease of every node.
+        self.kube.fence = self._fence
+        self._metrics_server: MetricsServer | None = None
+        address = settings.kubelet.metrics_address
+        if not single and address and any(n.kubelet.enabled for n in nodes):
+            self._metrics_server = MetricsServer(self.metrics, address, ready=self.readiness)
         #: Exit status of ``run_forever``: 1 when leadership was lost.
         self.exit_code = 0
-        self.node = NodeController(
-            self.kube, backend, settings, clock=self.clock, events=self.events
-        )
-        #: gateway.pods PodController: pod lifecycle; the kubelet server reads its pod cache.
-        self.pods: Any = PodController(
-            self.kube,
-            backend,
-            self.events,
-            settings,
-            clock=self.clock,
-            metrics=self.metrics,
-            host_ip=lambda: self.node.internal_ip,
-            allocatable=lambda: (
-                ((self.node.node or {}).get("status") or {}).get("allocatable") or {}
-            ),
-        )
-        # A template change (e.g. a ConfigMap version accepted) retries the pods that failed
-        # to translate; the gateway side subscribes, so translators never import gateway.
-        self.renderer.subscribe(self.pods.templates_changed)
-        #: gateway.kubelet server (the kubelet helper wires it here).
-        self.kubelet: Any = None
-        if settings.kubelet.enabled:
-            from gateway.kubelet.service import KubeletServer, add_component_collectors
-
-            self.kubelet = KubeletServer(
-                settings=settings.kubelet,
-                node_name=settings.node.name,
-                pods=self.pods,
-                translator=backend,
-                client=self.kube,
-                clock=self.clock,
-                hosts=lambda: [self.node.internal_ip],
-                ready=self.readiness,
-                metrics=self.metrics,
-                csr_client=self.kube,
-            )
-            add_component_collectors(
-                self.metrics,
-                kube=self.kube,
-                pods=self.pods,
-                leases=(self.node.lease, self.leader),
-                events=self.events,
-            )
         self._stop = asyncio.Event()
         self._started: list[Any] = []
+
+    # The single-node view (and tests): the first unit's components.
+    @property
+    def translator(self) -> Translator:
+        return self.units[0].translator
+
+    @property
+    def events(self) -> Any:
+        return self.units[0].events
+
+    @property
+    def leader(self) -> LeaderElector:
+        return self.units[0].leader
+
+    @property
+    def node(self) -> Any:
+        return self.units[0].node
+
+    @property
+    def pods(self) -> Any:
+        return self.units[0].pods
+
+    @pods.setter
+    def pods(self, value: Any) -> None:
+        self.units[0].pods = value
+
+    @property
+    def kubelet(self) -> Any:
+        return self.units[0].kubelet
+
+    @kubelet.setter
+    def kubelet(self, value: Any) -> None:
+        self.units[0].kubelet = value
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The plain-HTTP metrics/probe port once started (None: not served)."""
+        if self._metrics_server is not None:
+            return self._metrics_server.port
+        return getattr(self.kubelet, "metrics_port", None)
+
+    async def _start_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await self._metrics_server.start()
+        elif (start := getattr(self.kubelet, "start_metrics", None)) is not None:
+            await start()
+
+    async def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+        elif (stop := getattr(self.kubelet, "stop_metrics", None)) is not None:
+            await stop()
+
+    def _count_api(self, metrics: NodeMetrics) -> None:
+        """Process-wide: the shared client's writes, and how many API clients (connection
+        pools, rate limiters) the nodes use — one, by construction; the e2e test reads it."""
+        from gateway.kubelet.service import add_component_collectors
+
+        add_component_collectors(metrics, kube=self.kube)
+        metrics.collect(
+            "vkgate_api_clients",
+            "Kubernetes API clients (each: one HTTP connection pool and one token bucket) "
+            "the virtual nodes of this process use",
+            (),
+            lambda: {(): float(len({id(u.kube) for u in self.units}))},
+            kind="gauge",
+        )
+
+    def _fence(self, method: str, path: str) -> str | None:
+        """``KubeClient.fence``: a write is refused unless this process leads every node it
+        serves — except the writes that acquire or renew a leader Lease itself."""
+        leaders = [u.leader for u in self.units]
+        if any(path in (le.path, LEASES) for le in leaders):
+            return None
+        for le in leaders:
+            if (refused := le.fence(method, path)) is not None:
+                return refused
+        return None
 
     def _lost(self, reason: str) -> None:
         """Leadership lost: stop everything (writes are already fenced) and exit non-zero, so
@@ -171,56 +202,41 @@ class App:
         self.request_stop()
 
     def readiness(self) -> str | None:
-        """``/readyz``: None when the Node is registered and the backend answers its ping."""
-        if not self.leader.still_leader():
-            # A standby is ready when it sees a live leader it could replace.
-            held = self.leader.observed_holder
-            return None if held else "waiting for the leader Lease"
-        if self.node.node is None:
-            return f"node {self.settings.node.name} is not registered yet"
-        if not self.node.ready:
-            error = self.node.health.last_error or "no successful ping yet"
-            return f"{self.settings.backend.kind} backend unreachable: {error}"
-        return None
+        """``/readyz``: None when every node is registered and its backend answers its ping;
+        else the reasons of the nodes that are not (one per node, ``; `` between)."""
+        reasons = [r for u in self.units if (r := u.readiness()) is not None]
+        return "; ".join(reasons) or None
 
     def components(self) -> list[Any]:
-        """Optional components, in start order (each has async start()/stop())."""
-        return [c for c in (self.templates, self.pods, self.kubelet) if c is not None]
+        """Process-wide optional components, in start order (each has async start()/stop())."""
+        return [c for c in (self.templates,) if c is not None]
 
     async def start(self) -> None:
-        await self.events.start()
-        self._started.append(self.events)
-        await self.translator.start()
-        self._started.append(self.translator)
-        start_metrics = getattr(self.kubelet, "start_metrics", None)
-        if start_metrics is not None:
-            await start_metrics()
-        await self.node.wait_for_api()
-        await self.leader.acquire()
-        self.leader.start()
-        self._started.append(self.leader)
-        await self.node.start()
-        self._started.append(self.node)
+        for unit in self.units:
+            self._started.append(unit)
+            await unit.start_backend()
+        await self._start_metrics()  # before the leader wait: a standby answers its probes
+        await self.units[0].node.wait_for_api()
+        for unit in self.units:  # every write is fenced on every node's leader Lease
+            await unit.lead()
+        for unit in self.units:
+            await unit.start()
         for component in self.components():
             await component.start()
             self._started.append(component)
 
     async def stop(self) -> None:
-        """Stop what was started, in reverse; then close the translator and the client."""
+        """Stop what was started, in reverse; then the metrics server and the client."""
         while self._started:
             component = self._started.pop()
             try:
-                if component is self.translator:
-                    await self.translator.close()
-                elif component is self.leader:
-                    await self.leader.stop(release=self.exit_code == 0)
+                if isinstance(component, NodeUnit):
+                    await component.stop(release=self.exit_code == 0)
                 else:
                     await component.stop()
             except Exception:
                 log.exception("error while stopping %s", type(component).__name__)
-        stop_metrics = getattr(self.kubelet, "stop_metrics", None)
-        if stop_metrics is not None:
-            await stop_metrics()  # started before the leader wait
+        await self._stop_metrics()  # started before the leader wait
         await self.kube.aclose()
 
     def request_stop(self) -> None:
@@ -236,7 +252,7 @@ class App:
             await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if starting.done():
                 starting.result()  # StartupError propagates after stop() below
-                log.info("vkgate is running as node %s", self.settings.node.name)
+                log.info("vkgate is running as node %s", ", ".join(u.name for u in self.units))
                 await stopping
             else:
                 log.info("stop requested during startup")
@@ -255,9 +271,8 @@ async def _main(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.request_stop)
     log.info(
-        "vkgate starting: node %s, backend %s, API server %s",
-        settings.node.name,
-        settings.backend.kind,
+        "vkgate starting: %s, API server %s",
+        ", ".join(f"node {u.name} (backend {u.settings.backend.kind})" for u in app.units),
         app.kube.server,
     )
     await app.run()
@@ -275,3 +290,9 @@ def run_forever(settings: Settings) -> int:
         return 1
     except KeyboardInterrupt:  # a signal before the handlers were installed
         return 0
+
+
+def _without_metrics_address(settings: Settings) -> Settings:
+    """A node's settings whose kubelet server leaves ``metrics_address`` to the App."""
+    kubelet = dataclasses.replace(settings.kubelet, metrics_address="")
+    return dataclasses.replace(settings, kubelet=kubelet)

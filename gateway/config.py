@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
+from gateway import config_nodes
 from gateway.names import TAINT_EFFECTS, label_value_error, qualified_name_error
 from translators import plugins
 from vkgate_core.settings import Setting, SettingsError, coerce, merge_tables
@@ -259,6 +260,13 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     backend: BackendSettings = field(default_factory=BackendSettings)
     ha: HaSettings = field(default_factory=HaSettings)
+    #: ``[[nodes]]`` (gateway.config_nodes): each virtual node's whole effective settings,
+    #: the sections above being their shared defaults; empty: the one node of ``[node]``.
+    nodes: list[Settings] = field(default_factory=list)
+
+    def units(self) -> list[Settings]:
+        """The settings of every virtual node this process serves, in file order."""
+        return self.nodes or [self]
 
 
 T = TypeVar("T")
@@ -386,6 +394,7 @@ def _check_names(s: Settings) -> None:
 
 
 def validate(s: Settings, environ: Mapping[str, str] | None = None) -> Settings:
+    """Check one node's settings (and the shared sections); fill ``backend.effective``."""
     try:
         spec = plugins.load(s.backend.kind)
     except plugins.PluginError as exc:
@@ -458,10 +467,40 @@ def load(
             raise ConfigError(str(p), f"cannot read: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(str(p), f"invalid TOML: {exc}") from None
-    data = merge_tables(data, _env_overrides(os.environ if environ is None else environ))
+    env = os.environ if environ is None else environ
+    data = merge_tables(data, _env_overrides(env))
     if overrides:
         data = merge_tables(data, overrides)
-    return validate(_build(Settings, data, ""), os.environ if environ is None else environ)
+    if "nodes" not in data:
+        return validate(_build(Settings, data, ""), env)
+    return _load_nodes(data, env)
+
+
+def _load_nodes(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
+    """``[[nodes]]``: the top level holds the shared defaults; every entry is built and
+    validated as a whole ``Settings``, its errors named as in the entry (``nodes[1].…``)."""
+    shared = _build(Settings, {k: v for k, v in data.items() if k != "nodes"}, "")
+    try:
+        tables = config_nodes.entry_tables(
+            data,
+            data["nodes"],
+            node_keys=[f.name for f in dataclasses.fields(NodeSettings)],
+            kubelet_keys=[f.name for f in dataclasses.fields(KubeletSettings)],
+        )
+    except SettingsError as exc:
+        raise ConfigError(exc.key, exc.message) from None
+    for i, table in enumerate(tables):
+        try:
+            shared.nodes.append(validate(_build(Settings, table, ""), env))
+        except SettingsError as exc:
+            raise ConfigError(config_nodes.rename_key(i, exc.key), exc.message) from None
+    try:
+        config_nodes.check_unique(
+            [(n.node.name, n.kubelet.port, n.kubelet.enabled) for n in shared.nodes]
+        )
+    except SettingsError as exc:
+        raise ConfigError(exc.key, exc.message) from None
+    return shared
 
 
 def masked(value: Any, key: str = "") -> Any:
@@ -484,10 +523,11 @@ def to_toml(data: Mapping[str, Any], prefix: str = "") -> str:
     scalars: list[str] = []
     tables: list[str] = []
     for k, v in data.items():
+        name = f"{prefix}.{k}" if prefix else k
         if isinstance(v, Mapping):
-            name = f"{prefix}.{k}" if prefix else k
-            body = to_toml(v, name)
-            tables.append(body)
+            tables.append(to_toml(v, name))
+        elif isinstance(v, list) and v and all(isinstance(i, Mapping) for i in v):
+            tables += [_array_table(name, item) for item in v]  # [[nodes]]
         elif v is None:
             scalars.append(f"# {k} = (unset)")
         else:
@@ -495,6 +535,15 @@ def to_toml(data: Mapping[str, Any], prefix: str = "") -> str:
     head = f"[{prefix}]\n" if prefix and scalars else ""
     out = head + "".join(s + "\n" for s in scalars)
     return out + ("\n" if out and tables else "") + "\n".join(t for t in tables if t)
+
+
+def _array_table(name: str, item: Mapping[str, Any]) -> str:
+    """One ``[[name]]`` entry: its scalars, then its sub-tables as ``[name.sub]``."""
+    scalars = {k: v for k, v in item.items() if not isinstance(v, Mapping)}
+    subs = {k: v for k, v in item.items() if isinstance(v, Mapping)}
+    body = to_toml(scalars).strip("\n")
+    out = f"[[{name}]]\n" + (body + "\n" if body else "")
+    return out + "".join(to_toml(v, f"{name}.{k}") for k, v in subs.items())
 
 
 def _toml_key(k: str) -> str:
@@ -518,11 +567,29 @@ def _toml_value(value: Any) -> str:
 
 def check_report(s: Settings) -> str:
     """``vkgate config check``: the effective settings as TOML, secrets masked; the backend's
-    table shows every key — defaults and values read from the environment marked as such."""
-    data = masked(s)
-    data.pop("backend", None)
+    table shows every key — defaults and values read from the environment marked as such.
+    With ``[[nodes]]``: the shared sections once, then each node's own node, kubelet and
+    backend sections under a ``# nodes[i]`` heading."""
+    if not s.nodes:
+        data = masked(s)
+        data.pop("backend", None)
+        data.pop("nodes", None)
+        return _report(to_toml(data), s)
+    shared = masked(s)
+    for key in ("node", "backend", "nodes", *config_nodes.PER_NODE_TABLES):
+        shared.pop(key, None)
+    out = [to_toml(shared).rstrip("\n"), ""]
+    for i, node in enumerate(s.nodes):
+        out.append(f"# ---- nodes[{i}]: {node.node.name} ({node.backend.kind}) ----")
+        own = {k: masked(getattr(node, k)) for k in ("node", *config_nodes.PER_NODE_TABLES)}
+        own.pop("backend")
+        out.append(_report(to_toml(own), node))
+    return "\n".join(out)
+
+
+def _report(head: str, s: Settings) -> str:
     kind = s.backend.kind
-    lines = [to_toml(data).rstrip("\n"), "", "[backend]", f"kind = {_toml_value(kind)}", ""]
+    lines = [head.rstrip("\n"), "", "[backend]", f"kind = {_toml_value(kind)}", ""]
     lines.append(f"[backend.{_toml_key(kind)}]")
     prefix = f"backend.{kind}."
     env_lines = []

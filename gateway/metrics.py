@@ -1,7 +1,8 @@
 """vkgate's own Prometheus metrics, on ``prometheus_client`` (docs/design/metrics.md).
 
-One ``Metrics`` per App (its own ``CollectorRegistry``, never the global one), so several
-virtual nodes in one process — and tests — do not share counters.  Three ways in:
+One ``Metrics`` per virtual node (its own ``CollectorRegistry``, never the global one), so
+several virtual nodes in one process — and tests — do not share counters; a multi-node process
+serves them merged with a ``node`` label (``NodeMetrics``).  Three ways in:
 
 * **direct** — the kubelet server, the pod workers and the backend proxy below observe into
   the metric objects here;
@@ -82,14 +83,31 @@ class _FnCollector(Collector):
         return []
 
 
-class Metrics:
-    def __init__(self, *, backend: str = "", process: bool = True) -> None:
+class Exposition:
+    """A registry served at ``/metrics``: its own collectors plus scrape-time ``collect``."""
+
+    def __init__(self, *, process: bool = True) -> None:
         self.registry = CollectorRegistry()
+        if process:
+            ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, RSS…
+            PlatformCollector(registry=self.registry)  # python_info
+
+    def collect(self, *args: Any, **kwargs: Any) -> None:
+        """Expose ``fn()`` (labels-tuple → value) as a metric at every scrape; arguments as
+        ``_FnCollector`` (name, documentation, labels, fn, kind="counter")."""
+        self.registry.register(_FnCollector(*args, **kwargs))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Metrics(Exposition):
+    """One virtual node's metrics (a single-node process exposes them as they are)."""
+
+    def __init__(self, *, backend: str = "", process: bool = True) -> None:
+        super().__init__(process=process)
         r = self.registry
         self.backend = backend
-        if process:
-            ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory…
-            PlatformCollector(registry=r)  # python_info
         Info("vkgate_build", "vkgate build information", registry=r).info(
             {"version": _version(), "python": platform.python_version(), "backend": backend}
         )
@@ -150,14 +168,6 @@ class Metrics:
             "vkgate_kubelet_log_bytes", "Container log bytes streamed to clients", registry=r
         )
 
-    def collect(self, *args: Any, **kwargs: Any) -> None:
-        """Expose ``fn()`` (labels-tuple → value) as a metric at every scrape; arguments as
-        ``_FnCollector`` (name, documentation, labels, fn, kind="counter")."""
-        self.registry.register(_FnCollector(*args, **kwargs))
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
     def observe_backend(self, operation: str, outcome: str, seconds: float) -> None:
         self.backend_calls.labels(self.backend, operation, outcome).inc()
         self.backend_latency.labels(self.backend, operation).observe(seconds)
@@ -172,6 +182,41 @@ class Metrics:
         else:
             return
         self.translation_failures.labels(reason).inc()
+
+
+@dataclass(eq=False)
+class _NodeLabelled(Collector):
+    """Every node's samples, merged family by family, each with a ``node`` label."""
+
+    nodes: Mapping[str, Metrics]
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for node, metrics in self.nodes.items():
+            for family in metrics.registry.collect():
+                out = merged.get(family.name)
+                if out is None:
+                    out = merged[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                for sample in family.samples:
+                    labels = {"node": node, **sample.labels}
+                    out.add_sample(sample.name, labels, sample.value, sample.timestamp)
+        yield from merged.values()
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class NodeMetrics(Exposition):
+    """The ``/metrics`` of a process serving several virtual nodes (docs/design/multinode.md):
+    the process collectors once, every node's ``Metrics`` with a ``node`` label, and whatever
+    is process-wide (the shared API client's counters) through ``collect`` without one."""
+
+    def __init__(self, nodes: Mapping[str, Metrics]) -> None:
+        super().__init__(process=True)
+        self.nodes = dict(nodes)
+        self.registry.register(_NodeLabelled(self.nodes))
 
 
 class InstrumentedTranslator:

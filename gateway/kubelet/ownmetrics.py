@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from gateway.kubelet.server import Exchange, HttpServer, Request
-from gateway.metrics import CONTENT_TYPE, Metrics
+from gateway.metrics import CONTENT_TYPE, Exposition
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,9 @@ class MetricsServer:
     """Plain-HTTP ``/metrics``, ``/healthz`` (liveness: the event loop answers) and ``/readyz``
     (``ready()``: the Node is registered and the backend reachable) on ``address``."""
 
-    def __init__(self, metrics: Metrics, address: str, *, ready: Readiness | None = None) -> None:
+    def __init__(
+        self, metrics: Exposition, address: str, *, ready: Readiness | None = None
+    ) -> None:
         host, _, port = address.rpartition(":")
         self.metrics = metrics
         self.ready = ready

@@ -22,7 +22,7 @@ from gateway.kubelet.csr import ServingCertManager
 from gateway.kubelet.ownmetrics import MetricsServer, Readiness, path_class
 from gateway.kubelet.routes import KubeletAPI, PodLookup
 from gateway.kubelet.server import Exchange, HttpServer, Request
-from gateway.metrics import Metrics
+from gateway.metrics import Exposition, Metrics
 from translators.base import Translator
 from vkgate_core.clock import Clock, SystemClock
 
@@ -211,7 +211,7 @@ class KubeletServer:
 
 
 def add_component_collectors(
-    metrics: Metrics,
+    metrics: Exposition,
     *,
     kube: object = None,
     pods: object = None,

@@ -1,0 +1,201 @@
+"""One virtual node's components, built from that node's settings (docs/design/multinode.md).
+
+    NodeUnit(settings of one node, shared kube client)
+      .translator  the backend          (entry point group ``vkgate.translators``, by backend.kind)
+      .metrics     this node's Metrics  (own registry; the App merges them with a ``node`` label)
+      .events      EventRecorder        (source.host = this node)
+      .leader      LeaderElector        (Lease kube-node-lease/vkgate-leader-<node>)
+      .node        NodeController       (registration, status, Lease, backend health)
+      .pods        PodController        (its own pod watch, field selector spec.nodeName=<node>)
+      .kubelet     kubelet HTTPS server (its own port and serving certificate)
+
+The App (gateway.app) builds one unit per virtual node and hands every unit the same
+``KubeClient`` (one connection pool, one token bucket).  ``start_backend()`` starts the events
+recorder and the translator, ``lead()`` waits for this node's leader Lease, ``start()`` registers
+the Node, then starts each optional component in ``components()`` order; ``stop()`` goes in
+reverse.  The App leads every node before it starts any (its writes are fenced on all of them).  A component is any object with
+async ``start()`` and ``stop()``.  A unit never stops another: a backend that is down keeps its
+Node ``Ready=False`` and its pods as they are, and retries (gateway.node.health), while the other
+units run on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gateway.config import Settings
+from gateway.errors import StartupError
+from gateway.kube.client import KubeClient
+from gateway.kube.events import EventRecorder
+from gateway.metrics import InstrumentedTranslator, Metrics
+from gateway.node.controller import NodeController
+from gateway.node.leader import LeaderElector
+from gateway.pods.controller import PodController
+from translators import plugins
+from translators.base import Translator, TranslatorContext
+from translators.rendering import Renderer
+from vkgate_core.clock import Clock
+from vkgate_core.settings import SettingsError
+
+log = logging.getLogger("gateway.nodeunit")
+
+
+def load_translator(settings: Settings, *, renderer: Any = None) -> Translator:
+    """Build the configured backend through its spec (only that backend is imported)."""
+    kind = settings.backend.kind
+    try:
+        spec = plugins.load(kind)
+    except plugins.PluginError as exc:
+        raise StartupError(f"backend.kind: {exc}") from exc
+    from gateway.templates_source import renderer_from_settings
+
+    ctx = TranslatorContext(
+        node_name=settings.node.name,
+        settings=settings.backend.table(),
+        renderer=renderer
+        if renderer is not None
+        else renderer_from_settings(settings.templates, kinds=[kind]),
+    )
+    try:
+        return spec.factory(ctx)
+    except SettingsError as exc:
+        raise StartupError(str(exc)) from exc
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        raise StartupError(f"backend.{kind}: {exc}") from exc
+
+
+class NodeUnit:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kube: KubeClient,
+        clock: Clock,
+        renderer: Renderer,
+        translator: Translator | None = None,
+        on_lost: Callable[[str], None] | None = None,
+        ready: Callable[[], str | None] | None = None,
+        process_metrics: bool = True,
+        count_api: bool = True,
+    ) -> None:
+        """``process_metrics``: this unit's registry also carries the process collectors (a
+        single-node App exposes it as is); ``count_api``: it exposes the shared client's
+        counters (a multi-node App exposes those once, process-wide)."""
+        self.settings = settings
+        self.name = settings.node.name
+        self.kube = kube
+        self.clock = clock
+        self.translator = translator or load_translator(settings, renderer=renderer)
+        #: Own metrics (prometheus_client; gateway.metrics); controllers get the backend
+        #: through ``backend``, which counts and times every call.
+        self.metrics = Metrics(backend=settings.backend.kind, process=process_metrics)
+        backend: Any = InstrumentedTranslator(self.translator, self.metrics)
+        self.events = EventRecorder(
+            kube,
+            component="vkgate",
+            host=self.name,
+            clock=clock,
+            qps=settings.kube.event_qps,
+            burst=settings.kube.event_burst,
+            queue_size=settings.kube.event_queue,
+        )
+        #: One instance drives a node: the leader Lease (docs/design/ha.md).
+        self.leader = LeaderElector(kube, self.name, settings.ha, clock=clock, on_lost=on_lost)
+        self.node = NodeController(kube, backend, settings, clock=clock, events=self.events)
+        #: gateway.pods PodController: pod lifecycle; the kubelet server reads its pod cache.
+        self.pods: Any = PodController(
+            kube,
+            backend,
+            self.events,
+            settings,
+            clock=clock,
+            metrics=self.metrics,
+            host_ip=lambda: self.node.internal_ip,
+            allocatable=lambda: (
+                ((self.node.node or {}).get("status") or {}).get("allocatable") or {}
+            ),
+        )
+        # A template change (e.g. a ConfigMap version accepted) retries the pods that failed
+        # to translate; the gateway side subscribes, so translators never import gateway.
+        renderer.subscribe(self.pods.templates_changed)
+        #: gateway.kubelet server; its plain-HTTP metrics endpoint is the App's.
+        self.kubelet: Any = None
+        if settings.kubelet.enabled:
+            from gateway.kubelet.service import KubeletServer, add_component_collectors
+
+            self.kubelet = KubeletServer(
+                settings=settings.kubelet,
+                node_name=self.name,
+                pods=self.pods,
+                translator=backend,
+                client=kube,
+                clock=clock,
+                hosts=lambda: [self.node.internal_ip],
+                ready=ready or self.readiness,
+                metrics=self.metrics,
+                csr_client=kube,
+            )
+            add_component_collectors(
+                self.metrics,
+                kube=kube if count_api else None,
+                pods=self.pods,
+                leases=(self.node.lease, self.leader),
+                events=self.events,
+            )
+        self._started: list[Any] = []
+
+    def readiness(self) -> str | None:
+        """None when this node is registered and its backend answers its ping."""
+        if not self.leader.still_leader():
+            # A standby is ready when it sees a live leader it could replace.
+            held = self.leader.observed_holder
+            return None if held else f"node {self.name}: waiting for the leader Lease"
+        if self.node.node is None:
+            return f"node {self.name} is not registered yet"
+        if not self.node.ready:
+            error = self.node.health.last_error or "no successful ping yet"
+            return f"node {self.name}: {self.settings.backend.kind} backend unreachable: {error}"
+        return None
+
+    def components(self) -> list[Any]:
+        """Optional components, in start order (each has async start()/stop())."""
+        return [c for c in (self.pods, self.kubelet) if c is not None]
+
+    async def start_backend(self) -> None:
+        """The parts that need no leadership: the events recorder and the translator."""
+        await self.events.start()
+        self._started.append(self.events)
+        await self.translator.start()
+        self._started.append(self.translator)
+
+    async def lead(self) -> None:
+        """Return once this process leads the node (its leader Lease), renewing from then on."""
+        await self.leader.acquire()
+        self.leader.start()
+        self._started.append(self.leader)
+
+    async def start(self) -> None:
+        """Register the Node, then start the pod controller and kubelet server."""
+        await self.node.start()
+        self._started.append(self.node)
+        for component in self.components():
+            await component.start()
+            self._started.append(component)
+
+    async def stop(self, *, release: bool = True) -> None:
+        """Stop what was started, in reverse; then close the translator."""
+        while self._started:
+            component = self._started.pop()
+            try:
+                if component is self.translator:
+                    await self.translator.close()
+                elif component is self.leader:
+                    await self.leader.stop(release=release)
+                else:
+                    await component.stop()
+            except Exception:
+                log.exception(
+                    "node %s: error while stopping %s", self.name, type(component).__name__
+                )
