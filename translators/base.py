@@ -32,6 +32,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from vkgate_core.timeparse import parse_rfc3339
+
 JSON: TypeAlias = dict[str, Any]
 
 #: Ownership marker every backend workload carries (metadata key / label / tag).
@@ -238,7 +240,7 @@ class PodRef:
 
 
 def _parse_time(value: str | None) -> _dt.datetime | None:
-    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    return parse_rfc3339(value) if value else None
 
 
 class Phase(enum.StrEnum):

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from gateway.kubelet.server import Exchange, HttpError
 from translators.base import LogOptions
+from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +66,6 @@ def _int(query: Mapping[str, list[str]], name: str, minimum: int) -> int | None:
     return n
 
 
-def parse_time(value: str) -> _dt.datetime:
-    """RFC 3339 (``2026-03-01T10:00:00Z``, fractional seconds and offsets allowed)."""
-    v = value.strip()
-    if v.endswith(("Z", "z")):
-        v = v[:-1] + "+00:00"
-    t = _dt.datetime.fromisoformat(v)
-    if t.tzinfo is None:
-        raise ValueError("no time zone")
-    return t.astimezone(_dt.UTC)
-
-
 def parse_log_options(query: Mapping[str, list[str]], *, now: _dt.datetime) -> LogOptions:
     """``PodLogOptions`` from a query string; ``HttpError(400)`` on any bad value."""
     q = dict(query)
@@ -96,7 +86,7 @@ def parse_log_options(query: Mapping[str, list[str]], *, now: _dt.datetime) -> L
         since = now - _dt.timedelta(seconds=since_seconds)
     elif since_time_raw is not None:
         try:
-            since = parse_time(since_time_raw)
+            since = parse_rfc3339(since_time_raw, naive="reject")
         except ValueError:
             raise HttpError(
                 400, f"invalid sinceTime={since_time_raw!r}: expected RFC 3339"

@@ -36,10 +36,11 @@ from gateway.kube.reflector import Reflector
 from gateway.metrics import Metrics
 from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
-from gateway.pods.sync import PodState, PodSync, Retry, parse_time, pod_key
+from gateway.pods.sync import PodState, PodSync, Retry, pod_key
 from gateway.pods.translation import TranslationRetries
 from translators.base import Notifier, Translator, TranslatorError, WorkloadState
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger("gateway.pods")
 
@@ -217,7 +218,7 @@ class PodController:
         created = (pod.get("metadata") or {}).get("creationTimestamp")
         if not created:
             return self.clock.monotonic()
-        age = (self.clock.now() - parse_time(str(created))).total_seconds()
+        age = (self.clock.now() - parse_rfc3339(str(created))).total_seconds()
         return self.clock.monotonic() - max(0.0, age)
 
     def _ours(self, st: WorkloadState) -> bool:

@@ -65,6 +65,7 @@ from translators.base import (
     WorkloadState,
 )
 from vkgate_core.clock import Clock
+from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger("gateway.pods.sync")
 
@@ -93,10 +94,6 @@ def pod_ref(pod: Mapping[str, Any]) -> PodRef:
     return PodRef(
         str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
     )
-
-
-def parse_time(value: str) -> _dt.datetime:
-    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def _ran_before(pod: Mapping[str, Any]) -> bool:
@@ -612,7 +609,7 @@ class PodSync:
         start = (pod.get("status") or {}).get("startTime")
         if deadline is None or not start:
             return
-        left = parse_time(str(start)) + _dt.timedelta(seconds=int(deadline)) - self._now()
+        left = parse_rfc3339(str(start)) + _dt.timedelta(seconds=int(deadline)) - self._now()
         if left.total_seconds() > 0:
             self.queue.add(pod_key(pod), delay=left.total_seconds())
             return
@@ -673,7 +670,7 @@ class PodSync:
             await self.final_delete(pod)
             return
         grace = int(meta.get("deletionGracePeriodSeconds") or 0)
-        remaining = (parse_time(str(meta["deletionTimestamp"])) - self._now()).total_seconds()
+        remaining = (parse_rfc3339(str(meta["deletionTimestamp"])) - self._now()).total_seconds()
         asked = self.state.delete_requested.get(uid)
         if remaining <= -FORCE_SLACK and asked is not None:
             await self.event(

@@ -27,33 +27,22 @@ container waits with ``PodInitializing``; a failed init task fails the pod.
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from translators.base import JSON, ContainerState, Phase, PodRef, WorkloadState
 from translators.batch.spec import TaskName, parse_display_name
+from vkgate_core import timeparse
 
 #: failureInfo codes (lower case) that mean the image could not be pulled or is invalid.
 IMAGE_CODES = frozenset(
     {"containerinvalidimage", "containerpullimagefailed", "containerimagepullfailed"}
 )
 
-_FRACTION = re.compile(r"(\.\d{6})\d+")
-
 
 def parse_time(value: object) -> _dt.datetime | None:
     """Batch timestamps (ISO 8601, up to 7 fractional digits, ``Z``) as aware UTC datetimes."""
-    if isinstance(value, _dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    text = _FRACTION.sub(r"\1", value.strip()).replace("Z", "+00:00").replace("z", "+00:00")
-    try:
-        when = _dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=_dt.UTC)
+    return timeparse.parse_time(value)
 
 
 @dataclass

@@ -64,6 +64,7 @@ from translators.nomad.jobs import (
     META_SIDECARS,
     META_UID,
 )
+from vkgate_core import timeparse
 
 JSON = dict[str, Any]
 
@@ -154,12 +155,7 @@ def parse_time(value: Any) -> _dt.datetime | None:
     text = str(value)
     if text.startswith("0001-01-01"):
         return None
-    m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", text)
-    if not m:
-        return None
-    frac = (m.group(2) or "")[:7]
-    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
-    return _dt.datetime.fromisoformat(m.group(1) + frac + tz).astimezone(_dt.UTC)
+    return timeparse.parse_time(text, naive="reject")
 
 
 def placement_text(evaluation: Mapping[str, Any]) -> str:

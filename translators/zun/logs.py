@@ -22,6 +22,7 @@ from typing import Any
 
 from translators.base import BackendConflict, BackendRejected, LogOptions
 from translators.zun.client import ZunClient
+from vkgate_core.timeparse import parse_rfc3339
 
 _TS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2}) ")
 
@@ -33,11 +34,11 @@ def split_timestamp(line: str) -> tuple[tuple[_dt.datetime, int] | None, str]:
         return None, line
     base, frac, zone = m.groups()
     try:
-        when = _dt.datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
+        when = parse_rfc3339(base + zone)
     except ValueError:
         return None, line
     nanos = int((frac or "0").ljust(9, "0"))
-    return (when.astimezone(_dt.UTC), nanos), line[m.end() :]
+    return (when, nanos), line[m.end() :]
 
 
 def query(options: LogOptions, *, timestamps: bool, since: int | None = None) -> dict[str, Any]:

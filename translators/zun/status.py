@@ -51,6 +51,7 @@ from translators.zun.spec import (
     LABEL_SIDECARS,
     LABEL_UID,
 )
+from vkgate_core import timeparse
 
 _EXITED = re.compile(r"(?:Exited|Restarting)\s*\(\s*(-?\d+)\s*\)", re.IGNORECASE)
 _IMAGE_PROBLEM = re.compile(
@@ -73,16 +74,8 @@ GONE_STATUSES = frozenset({"Deleting", "Deleted"})
 
 def parse_time(value: Any) -> _dt.datetime | None:
     """Zun timestamps: ``2018-01-12 09:37:25+00:00``, ``2019-05-18 21:02:12`` (UTC), ISO."""
-    if not value or not isinstance(value, str):
-        return None
-    text = value.strip().replace("Z", "+00:00")
-    try:
-        t = _dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.UTC)
-    return t.astimezone(_dt.UTC).replace(microsecond=0)
+    t = timeparse.parse_time(value) if isinstance(value, str) else None
+    return t.replace(microsecond=0) if t is not None else None
 
 
 def exit_code(status_detail: Any) -> int | None:
