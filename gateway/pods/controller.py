@@ -1,7 +1,7 @@
 """PodController: the pod lifecycle of one virtual node, from watch event to backend and back.
 
     Reflector(/api/v1/pods, fieldSelector spec.nodeName=<node>) ──ns/name──▶ WorkQueue ──▶ N workers
-      DELETED ─────────────────────────────────────────────ns/name/uid──▶      │
+      DELETED ─────────────────────────────────────────────GoneKey─────▶      │
     translator.changes()  (push, if the translator is a Notifier) ─┐          ▼
     translator.list()     (ONE call per interval: the backstop)  ──┴─▶ sync.PodSync (decide, act,
     RefCache.refresh()    (referenced ConfigMaps/Secrets changed) ───▶  write status, events)
@@ -34,6 +34,7 @@ from gateway.kube.errors import ApiError
 from gateway.kube.events import EventRecorder
 from gateway.kube.reflector import Reflector
 from gateway.metrics import Metrics
+from gateway.pods.keys import GoneKey, PodKey, QueueKey
 from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.sync import PodState, PodSync, Retry, pod_key
@@ -80,7 +81,7 @@ class PodController:
         self.workers = ps.workers
         self.reconcile_interval = ps.reconcile_interval
         self._rng = rng or random.Random()
-        self.queue = WorkQueue(
+        self.queue: WorkQueue[QueueKey] = WorkQueue(
             clock=self.clock,
             backoff=BackoffPolicy(base=ps.backoff_base, cap=ps.backoff_max),
             retry_qps=ps.rate_qps,
@@ -193,7 +194,7 @@ class PodController:
                 self.state.adopt(pod, st, submitted_at=self._created_at(pod))
                 adopted += 1
             elif self._ours(st):
-                self._queue_delete(f"{st.ref.key}/{st.ref.uid}", None)
+                self._queue_delete(GoneKey(PodKey(st.ref.key), st.ref.uid), None)
                 orphans += 1
         log.info(
             "pod controller ready: %d pods on this node, %d backend workloads "
@@ -204,7 +205,7 @@ class PodController:
             orphans,
         )
         for key in self.reflector.store:
-            self.queue.add(key)
+            self.queue.add(PodKey(key))
         for i in range(self.workers):
             self._spawn(self._worker(), f"pod-worker-{i}")
         self._spawn(self._reconcile_loop(), "pod-reconcile")
@@ -234,17 +235,17 @@ class PodController:
         if etype == "DELETED":
             self.refs.untrack(key)
             self.translation.forget(key, uid)
-            self._queue_delete(f"{key}/{uid}", old or obj)
+            self._queue_delete(GoneKey(key, uid), old or obj)
             return
         if old is not None and self.state.uid_of(old) != uid:
             # replaced under the same name while we were not watching
-            self._queue_delete(f"{key}/{self.state.uid_of(old)}", old)
+            self._queue_delete(GoneKey(key, self.state.uid_of(old)), old)
         self.refs.track(key, references(obj))
         if self.state.is_own_echo(obj):
             return  # the watch echo of our own status write: nothing new
         self.queue.add(key)
 
-    def _queue_delete(self, key: str, pod: dict[str, Any] | None) -> None:
+    def _queue_delete(self, key: GoneKey, pod: dict[str, Any] | None) -> None:
         self.state.gone[key] = pod
         self.queue.add(key)
 
@@ -252,7 +253,7 @@ class PodController:
         pod = self.reflector.store.get(key)
         if pod is not None:
             self.state.refs_changed.add(self.state.uid_of(pod))
-            self.queue.add(key)
+            self.queue.add(PodKey(key))
 
     def templates_changed(self) -> None:
         """``Renderer.subscribe`` callback (any thread): the templates changed, so retry every
@@ -277,7 +278,7 @@ class PodController:
             if pod is None or self.state.uid_of(pod) != uid:
                 self.translation.forget(key, uid)
                 continue
-            self.queue.add(key)
+            self.queue.add(PodKey(key))
             retried += 1
         if retried:
             log.info("templates changed: retrying %d pod(s) that failed to translate", retried)
@@ -297,7 +298,7 @@ class PodController:
             started = time.perf_counter()
             result = "error"
             try:
-                if key.count("/") == 2:
+                if isinstance(key, GoneKey):
                     await self.sync.cleanup(key)
                 else:
                     await self.sync.sync(key)
@@ -370,9 +371,9 @@ class PodController:
             if pod is None:
                 if self._ours(st) and not self.state.submitted_since(uid, started):
                     self.state.workloads[uid] = st
-                    key = f"{st.ref.key}/{uid}"
-                    if key not in self.queue:
-                        self._queue_delete(key, self.state.gone.get(key))
+                    gone = GoneKey(PodKey(st.ref.key), uid)
+                    if gone not in self.queue:
+                        self._queue_delete(gone, self.state.gone.get(gone))
                 continue
             if self.state.workloads.get(uid) != st:
                 self.state.workloads[uid] = st
@@ -413,7 +414,7 @@ class PodController:
                     if pod is None or self.state.uid_of(pod) != uid:
                         continue  # orphans are the reconcile's business
                     self.state.workloads[uid] = st
-                    self.queue.add(st.ref.key)
+                    self.queue.add(PodKey(st.ref.key))
                 return
             except asyncio.CancelledError:
                 raise

@@ -15,8 +15,9 @@ and two workers can never act on the same pod at once.  Rules (docs/design/kubel
 * **Global rate limit** on *retries only* (a token bucket): a burst of failing pods cannot hammer
   the backend, while first attempts of new pods are never throttled (Go VK's mistake).
 
-Keys are opaque strings; the pod controller uses ``ns/name`` for syncs and ``ns/name/uid`` for
-the cleanup of a pod that is gone from the API.  All time goes through ``vkgate_core.clock.Clock``.
+Keys are any hashable values (the queue is generic in its key type); the pod controller uses
+``gateway.pods.keys``: ``PodKey`` (``ns/name``) for syncs and ``GoneKey`` for the cleanup of a
+pod that is gone from the API.  All time goes through ``vkgate_core.clock.Clock``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import contextlib
 import heapq
 import itertools
 import random
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from vkgate_core.clock import Clock, SystemClock
 
@@ -69,7 +72,10 @@ class ShutDown(Exception):
     """``get()`` on a queue that was shut down."""
 
 
-class WorkQueue:
+K = TypeVar("K", bound=Hashable)
+
+
+class WorkQueue(Generic[K]):
     def __init__(
         self,
         *,
@@ -83,18 +89,18 @@ class WorkQueue:
         self.backoff = backoff or BackoffPolicy()
         self.limiter = RetryLimiter(retry_qps, retry_burst, clock=self.clock)
         self._rng = rng or random.Random()
-        self._due: dict[str, float] = {}  # queued key -> due (monotonic)
-        self._heap: list[tuple[float, int, str]] = []  # may hold stale entries
+        self._due: dict[K, float] = {}  # queued key -> due (monotonic)
+        self._heap: list[tuple[float, int, K]] = []  # may hold stale entries
         self._seq = itertools.count()
-        self._processing: set[str] = set()
-        self._dirty: dict[str, float] = {}  # in-flight key re-added -> due
-        self._failures: dict[str, int] = {}
+        self._processing: set[K] = set()
+        self._dirty: dict[K, float] = {}  # in-flight key re-added -> due
+        self._failures: dict[K, int] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._shutdown = False
 
     # -- adding --------------------------------------------------------------------------
 
-    def add(self, key: str, *, delay: float = 0.0) -> None:
+    def add(self, key: K, *, delay: float = 0.0) -> None:
         """Queue ``key`` to run after ``delay`` seconds (or sooner if already due sooner)."""
         if self._shutdown:
             return
@@ -110,7 +116,7 @@ class WorkQueue:
         heapq.heappush(self._heap, (due, next(self._seq), key))
         self._wake()
 
-    def retry(self, key: str, *, retry_after: float | None = None) -> float:
+    def retry(self, key: K, *, retry_after: float | None = None) -> float:
         """Re-add after this key's backoff (and the global retry limit); returns the delay."""
         n = self._failures.get(key, 0) + 1
         self._failures[key] = n
@@ -121,16 +127,16 @@ class WorkQueue:
         self.add(key, delay=delay)
         return delay
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: K) -> None:
         """The key succeeded: its next failure starts the backoff from the beginning."""
         self._failures.pop(key, None)
 
-    def failures(self, key: str) -> int:
+    def failures(self, key: K) -> int:
         return self._failures.get(key, 0)
 
     # -- taking --------------------------------------------------------------------------
 
-    async def get(self) -> str:
+    async def get(self) -> K:
         """Wait for a due key that no other worker holds; the caller must call ``done``."""
         while True:
             if self._shutdown:
@@ -151,7 +157,7 @@ class WorkQueue:
                 break
             await self._wait(wait)
 
-    def done(self, key: str) -> None:
+    def done(self, key: K) -> None:
         """Release an in-flight key; re-queue it if it was added meanwhile."""
         self._processing.discard(key)
         due = self._dirty.pop(key, None)
@@ -172,10 +178,10 @@ class WorkQueue:
         return key in self._due or key in self._dirty
 
     @property
-    def in_flight(self) -> frozenset[str]:
+    def in_flight(self) -> frozenset[K]:
         return frozenset(self._processing)
 
-    def due_in(self, key: str) -> float | None:
+    def due_in(self, key: K) -> float | None:
         """Seconds until ``key`` is due (None if not queued)."""
         due = self._due.get(key, self._dirty.get(key))
         return None if due is None else due - self.clock.monotonic()

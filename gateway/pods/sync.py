@@ -25,7 +25,7 @@ workload exists                                 update in place if spec/refs cha
                                                 needs a re-create); status from the state
 ==============================================  =================================================
 
-``PodSync.cleanup("ns/name/uid")``: the pod is gone from the API — delete its workload
+``PodSync.cleanup(GoneKey(ns/name, uid))``: the pod is gone from the API — delete its workload
 (idempotent; not-found is done).
 
 The final delete is ``DELETE pods/<name>`` with ``{"gracePeriodSeconds": 0, "preconditions":
@@ -50,6 +50,7 @@ from gateway.kube.errors import Conflict, Invalid, NotFound
 from gateway.kube.events import EventRecorder
 from gateway.pods import status as st
 from gateway.pods.features import ephemeral_containers
+from gateway.pods.keys import GoneKey, PodKey, QueueKey
 from gateway.pods.queue import WorkQueue
 from gateway.pods.resolve import Resolution, Resolver
 from gateway.pods.translation import TranslationRetries
@@ -84,9 +85,8 @@ class Retry(Exception):
         self.retry_after = retry_after
 
 
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+def pod_key(pod: Mapping[str, Any]) -> PodKey:
+    return PodKey.of(pod)
 
 
 def pod_ref(pod: Mapping[str, Any]) -> PodRef:
@@ -159,8 +159,8 @@ class PodState:
     restart_base: dict[str, dict[str, int]] = field(default_factory=dict)
     #: UIDs whose referenced ConfigMaps/Secrets changed.
     refs_changed: set[str] = field(default_factory=set)
-    #: cleanup key "ns/name/uid" -> last known pod object (None for orphans).
-    gone: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    #: cleanup key -> last known pod object (None for orphans).
+    gone: dict[GoneKey, dict[str, Any] | None] = field(default_factory=dict)
     #: pod UID -> backend events already recorded.
     emitted: dict[str, tuple[tuple[str, str, str, str], ...]] = field(default_factory=dict)
     #: UIDs that got their "ephemeral containers unsupported" event.
@@ -225,7 +225,7 @@ class PodSync:
         events: EventRecorder,
         resolver: Resolver,
         state: PodState,
-        queue: WorkQueue,
+        queue: WorkQueue[QueueKey],
         clock: Clock,
         host_ip: Callable[[], str],
         max_retries: int,
@@ -335,7 +335,7 @@ class PodSync:
 
     # -- sync --------------------------------------------------------------------------------
 
-    async def sync(self, key: str) -> None:
+    async def sync(self, key: PodKey) -> None:
         pod = self.lookup(key)
         if pod is None:
             return
@@ -703,9 +703,9 @@ class PodSync:
         # otherwise decide at the deadline.
         raise Retry(delay=max(remaining, 0.0) + FORCE_SLACK + 0.05)
 
-    async def cleanup(self, key: str) -> None:
+    async def cleanup(self, key: GoneKey) -> None:
         """The pod ``ns/name`` with ``uid`` is gone from the API: remove its workload."""
-        ns, name, uid = key.split("/", 2)
+        ns, name, uid = key.pod.namespace, key.pod.name, key.uid
         pod = self.state.gone.get(key)
         known = uid in self.state.workloads or uid in self.state.submitted
         if known:
@@ -716,4 +716,4 @@ class PodSync:
             self.state.stats["cleanups"] += 1
         self.state.forget(uid)
         self.state.gone.pop(key, None)
-        self.state.status_writes.pop(f"{ns}/{name}", None)
+        self.state.status_writes.pop(key.pod, None)
