@@ -11,7 +11,9 @@ start (so a restart waits for the *new* process, not the old Node).
 
 Defaults: simulated backend with a state file (restarts adopt their workloads), admin
 credentials, kubelet on 127.0.0.1 with a free port and a serving cert the API server trusts,
-the API server's kubelet-client CA as the kubelet's client CA, metrics on a free port.
+the API server's kubelet-client CA as the kubelet's client CA, metrics on a free port.  With
+``nodes`` (``[[nodes]]``, docs/design/multinode.md) every entry gets its own free kubelet port
+and serving certificate, and ``start()`` waits for every node.
 """
 
 from __future__ import annotations
@@ -87,13 +89,21 @@ class GatewayProcess:
         self.cp = cp
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        name = node_name or (settings or {}).get("node", {}).get("name") or _unique_name()
+        entries = list((settings or {}).get("nodes") or [])
+        name = (
+            node_name
+            or (entries[0]["name"] if entries else "")
+            or (settings or {}).get("node", {}).get("name")
+            or _unique_name()
+        )
         self.settings = merge_tables(default_settings(cp, workdir, name), settings or {})
         self.settings["node"]["name"] = name
-        kubelet = self.settings["kubelet"]
-        if not kubelet.get("cert_file"):
-            serving = cp.kubelet_serving_cert(name, ips=serving_ips(self.settings))
-            kubelet["cert_file"], kubelet["key_file"] = str(serving.cert), str(serving.key)
+        if entries:  # [[nodes]]: every node its own kubelet port and serving certificate
+            self.settings["nodes"] = [self._node_entry(cp, e) for e in entries]
+        else:
+            self._serving_cert(cp, name, self.settings["kubelet"], serving_ips(self.settings))
+        #: Every virtual node this process serves (``[[nodes]]`` or the one ``[node]``).
+        self.node_names: list[str] = [e["name"] for e in entries] or [name]
         self.node_name: str = name
         self.config_path = workdir / "vkgate.toml"
         self.config_path.write_text(to_toml(self.settings))
@@ -101,6 +111,28 @@ class GatewayProcess:
         self.ready_timeout = ready_timeout
         self.proc: Proc | None = None
         self.starts = 0
+
+    def _node_entry(self, cp: ControlPlane, entry: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(entry)
+        kubelet = out["kubelet"] = {"port": free_port(), **(entry.get("kubelet") or {})}
+        merged = merge_tables(self.settings, {"node": out, "kubelet": kubelet})
+        self._serving_cert(cp, str(entry["name"]), kubelet, serving_ips(merged))
+        return out
+
+    @staticmethod
+    def _serving_cert(
+        cp: ControlPlane, name: str, kubelet: dict[str, Any], ips: tuple[str, ...]
+    ) -> None:
+        if not kubelet.get("cert_file"):
+            serving = cp.kubelet_serving_cert(name, ips=ips)
+            kubelet["cert_file"], kubelet["key_file"] = str(serving.cert), str(serving.key)
+
+    def kubelet_settings(self, node: str = "") -> dict[str, Any]:
+        """The effective ``[kubelet]`` table of ``node`` (default: the first)."""
+        node = node or self.node_name
+        entries: list[dict[str, Any]] = self.settings.get("nodes") or []
+        entry = next((e for e in entries if e["name"] == node), {})
+        return merge_tables(self.settings.get("kubelet") or {}, entry.get("kubelet") or {})
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -125,13 +157,13 @@ class GatewayProcess:
             self.wait_ready(before)
         return self
 
-    def wait_ready(self, before: tuple[str, str] | None = None) -> None:
+    def wait_ready(self, before: tuple[str, ...] | None = None) -> None:
         """Block until the Node exists, the agent has written it or its Lease, and the agent
         its kubelet port accepts connections — the Node is registered before the kubelet
         server starts, so the Node alone is not "ready" for kubelet tests."""
 
-        def running() -> bool:
-            kubelet = self.settings.get("kubelet") or {}
+        def running(node: str) -> bool:
+            kubelet = self.kubelet_settings(node)
             if str(kubelet.get("enabled", True)).lower() in {"false", "0", "no"}:
                 return True
             address = str(kubelet.get("address") or "127.0.0.1")
@@ -143,26 +175,32 @@ class GatewayProcess:
 
         def touched() -> bool:
             now = self._fingerprint()
-            return now[0] != "" and (before is None or now != before) and running()
+            return (
+                all(node_rv for node_rv in now[::2])
+                and (before is None or now != before)
+                and all(running(n) for n in self.node_names)
+            )
 
         wait_for(
-            f"gateway {self.node_name} to register its Node",
+            f"gateway {self.node_name} to register its Node"
+            + (f"s ({', '.join(self.node_names)})" if len(self.node_names) > 1 else ""),
             touched,
             timeout=self.ready_timeout,
             interval=0.2,
             proc=self.proc,
         )
 
-    def _fingerprint(self) -> tuple[str, str]:
-        """(Node resourceVersion, Lease resourceVersion), "" where missing."""
-        node = self.cp.get(f"/api/v1/nodes/{self.node_name}")
-        lease = self.cp.get(
-            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.node_name}"
-        )
-        return (
-            (node or {}).get("metadata", {}).get("resourceVersion", ""),
-            (lease or {}).get("metadata", {}).get("resourceVersion", ""),
-        )
+    def _fingerprint(self) -> tuple[str, ...]:
+        """(Node resourceVersion, Lease resourceVersion) of every node, "" where missing."""
+        out: list[str] = []
+        for name in self.node_names:
+            node = self.cp.get(f"/api/v1/nodes/{name}")
+            lease = self.cp.get(
+                f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+            )
+            out.append((node or {}).get("metadata", {}).get("resourceVersion", ""))
+            out.append((lease or {}).get("metadata", {}).get("resourceVersion", ""))
+        return tuple(out)
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM (clean shutdown), SIGKILL after ``timeout``; returns the exit code."""

@@ -1,0 +1,123 @@
+"""One ``vkgate run`` serving two virtual nodes (docs/design/multinode.md) against the real
+kube-apiserver: each node its own Node, Lease, leader Lease, kubelet port and simulated backend;
+pods bound to each reach Running on their node's backend, ``kubectl logs`` reaches each node's
+kubelet server through the API server, deletes go through, and both nodes use the one API
+client of the process (its own ``vkgate_api_clients`` metric)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from conftest import wait_until
+from kubeletapi import kubelet_client
+from prometheus_client.parser import text_string_to_metric_families
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+def _pod(name: str, node: str, ns: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 1,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {"name": "app", "image": "busybox:1.36", "command": ["sh", "-c", "echo hi"]}
+                ],
+            },
+        }
+    )
+
+
+def test_one_process_serves_two_nodes(
+    start_gateway: Any, control_plane: Any, kubectl: Any, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    names = [f"vk-mn-a-{tag}", f"vk-mn-b-{tag}"]
+    states = {n: tmp_path / f"{n}.json" for n in names}
+    gw = start_gateway(
+        {
+            "nodes": [
+                {
+                    "name": n,
+                    "labels": {"vkgate.test/pool": n[-8:]},
+                    "backend": {"simulated": {"state_file": str(states[n])}},
+                }
+                for n in names
+            ]
+        }
+    )
+    assert gw.node_names == names
+    ports = {n: int(gw.kubelet_settings(n)["port"]) for n in names}
+    assert len(set(ports.values())) == 2
+    for n in names:
+        node = control_plane.get(f"/api/v1/nodes/{n}")
+        assert node["metadata"]["labels"]["vkgate.test/pool"] == n[-8:]
+        # the API server reaches this node's own kubelet server at this port
+        assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == ports[n]
+        assert control_plane.get(f"{LEASES}/{n}")["spec"]["holderIdentity"] == n
+        assert control_plane.get(f"{LEASES}/vkgate-leader-{n}")["spec"]["holderIdentity"]
+
+    ns = f"mn-{tag}"
+    kubectl("create", "namespace", ns)
+    pods = {n: f"p-{i}" for i, n in enumerate(names)}
+    for n, pod in pods.items():
+        kubectl("apply", "-f", "-", input=_pod(pod, n, ns))
+
+    def phase(pod: str) -> str:
+        return str(kubectl("get", "pod", "-n", ns, pod, "-o", "jsonpath={.status.phase}").stdout)
+
+    for n, pod in pods.items():
+        wait_until(f"{pod} Running on {n}", lambda pod=pod: phase(pod) == "Running")
+    # each pod runs on its own node's backend, not the other's
+    for n, pod in pods.items():
+        uid = kubectl("get", "pod", "-n", ns, pod, "-o", "jsonpath={.metadata.uid}").stdout
+        other = next(m for m in names if m != n)
+        assert uid in wait_until(f"{n} state file", lambda n=n: states[n].read_text() or "")
+        assert uid not in (states[other].read_text() if states[other].exists() else "")
+        # logs: the API server dials the Node's daemonEndpoints port — this node's own
+        # kubelet server, which finds the pod in its own cache and backend
+        out = wait_until(f"logs of {pod}", lambda pod=pod: kubectl("logs", "-n", ns, pod).stdout)
+        assert "hi" in out
+        # this node's kubelet port (its own serving certificate) lists its own pod only
+        with kubelet_client(gw, control_plane, port=ports[n]) as client:
+            listed = client.get("/pods").raise_for_status().json()["items"]
+        assert [p["metadata"]["name"] for p in listed] == [pod]
+
+    # the process's own metrics: one API client for both nodes, per-node series labelled
+    port = int(gw.settings["kubelet"]["metrics_address"].rsplit(":", 1)[1])
+    base = f"http://127.0.0.1:{port}"
+    wait_until("ready", lambda: httpx.get(base + "/readyz", trust_env=False).status_code == 200)
+    text = httpx.get(base + "/metrics", timeout=5, trust_env=False).text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert [s.value for s in fams["vkgate_api_clients"].samples] == [1.0]
+    creates = {
+        s.labels["node"]
+        for s in fams["vkgate_backend_calls"].samples
+        if s.labels["operation"] == "create" and s.labels["outcome"] == "ok" and s.value >= 1
+    }
+    assert creates == set(names)
+
+    kubectl("delete", "pod", "-n", ns, *pods.values(), "--timeout=60s")
+    for n in names:
+        assert control_plane.get(f"/api/v1/namespaces/{ns}/pods/{pods[n]}") is None
+        wait_until(f"{n}'s backend forgets its pod", lambda n=n: '"p-' not in states[n].read_text())
+    assert gw.alive()
+    gw.stop()
+    assert gw.returncode == 0
+    for n in names:  # the clean stop hands every leader Lease over
+        assert control_plane.get(f"{LEASES}/vkgate-leader-{n}")["spec"].get("holderIdentity") in (
+            "",
+            None,
+        )
+    kubectl("delete", "namespace", ns, "--wait=false")
+    for n in names:
+        kubectl("delete", "node", n, "--wait=false", check=False)
