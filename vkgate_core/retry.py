@@ -1,7 +1,8 @@
 """The one retry layer for HTTP requests: an ``httpx`` transport wrapper (docs/design/retry.md).
 
-Every HTTP client of vkgate (the Kubernetes client, the Nomad and Zun backends) sends through
-``RetryTransport(inner, policy=..., sleep=...)``, so *when* a request is retried and *how long*
+Every HTTP client of vkgate (the Nomad and Zun backends, the Kubernetes client on httpx) sends
+through ``RetryTransport(inner, policy=..., sleep=...)``, and the Kubernetes client's lean HTTP
+path calls the same loop (``retry_after_first``), so *when* a request is retried and *how long*
 it waits is decided in exactly one place:
 
 * **Idempotent methods** (``GET``, ``HEAD``, ``OPTIONS`` by default) are retried on a transport
@@ -29,18 +30,21 @@ import datetime as _dt
 import email.utils
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import httpx
 
 __all__ = [
     "IDEMPOTENT",
+    "MAYBE_RETRIED",
     "NO_RETRY",
     "RETRY",
     "RetryPolicy",
     "RetryTransport",
     "parse_retry_after",
+    "retry_after_first",
 ]
 
 log = logging.getLogger("vkgate.retry")
@@ -120,6 +124,70 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(delays=())
 
 
+class Answer(Protocol):
+    """What the retry loop reads of a response: httpx's, or the kube client's lean one."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+A = TypeVar("A", bound=Answer)
+
+#: Statuses some policy may retry; anything else returns at once (the fast path's one lookup).
+MAYBE_RETRIED = frozenset({429, *range(500, 600)})
+
+
+async def retry_after_first(
+    method: str,
+    send: Callable[[], Awaitable[A]],
+    answer: A | None,
+    error: httpx.TransportError | None,
+    *,
+    policy: RetryPolicy,
+    sleep: Sleep,
+    rng: random.Random,
+    idempotent: bool | None = None,
+    before_retry: Callable[[], Awaitable[None]] | None = None,
+    discard: Callable[[A], Awaitable[None]] | None = None,
+    what: str = "",
+) -> A:
+    """The retry loop, after a first attempt gave ``answer`` (a status in ``MAYBE_RETRIED``) or
+    raised ``error``: repeat ``send`` while ``policy`` says so, then return the last answer or
+    raise the last error.  ``discard`` releases an answer that is replaced by a retry;
+    ``before_retry`` runs before every repeated attempt."""
+    attempt = 0
+    while True:
+        after: float | None = None
+        if answer is not None:
+            if not policy.retries_status(method, answer.status_code, idempotent=idempotent):
+                return answer
+            after = parse_retry_after(answer.headers.get("retry-after"))
+        elif error is not None and not policy.retries_error(method, error, idempotent=idempotent):
+            raise error
+        delay = policy.wait(attempt, after, rng)
+        if delay is None:
+            if answer is not None:
+                return answer
+            assert error is not None
+            raise error
+        got = answer.status_code if answer is not None else repr(error)
+        log.debug("%s %s: %s; retry %d in %.2fs", method, what, got, attempt + 1, delay)
+        if answer is not None and discard is not None:
+            await discard(answer)
+        attempt += 1
+        await sleep(delay)
+        if before_retry is not None:
+            await before_retry()
+        answer = error = None
+        try:
+            answer = await send()
+        except httpx.TransportError as exc:
+            error = exc
+
+
 class RetryTransport(httpx.AsyncBaseTransport):
     """Wraps an ``httpx`` transport with ``RetryPolicy`` (see the module docstring).
 
@@ -141,58 +209,41 @@ class RetryTransport(httpx.AsyncBaseTransport):
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self._rng = rng if rng is not None else random.Random()
         self._before_retry = before_retry
-        # the fast path's one lookup: statuses no policy would retry return at once
-        self._maybe = frozenset({429, *range(500, 600)})
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response: httpx.Response | None = None
         try:
             response = await self.inner.handle_async_request(request)
         except httpx.TransportError as exc:
-            return await self._retry(request, None, exc)
-        if response.status_code not in self._maybe:
-            return response
-        return await self._retry(request, response, None)
-
-    async def _retry(
-        self,
-        request: httpx.Request,
-        response: httpx.Response | None,
-        error: httpx.TransportError | None,
-    ) -> httpx.Response:
+            error: httpx.TransportError | None = exc
+        else:
+            if response.status_code not in MAYBE_RETRIED:
+                return response
+            error = None
         ext = request.extensions
         policy: RetryPolicy | None = ext.get(RETRY)
-        if policy is None:
-            policy = self.policy
-        safe: bool | None = ext.get(IDEMPOTENT)
-        method = request.method
-        attempt = 0
-        while True:
-            after: float | None = None
-            if response is not None:
-                if not policy.retries_status(method, response.status_code, idempotent=safe):
-                    return response
-                after = parse_retry_after(response.headers.get("Retry-After"))
-            elif error is not None and not policy.retries_error(method, error, idempotent=safe):
-                raise error
-            delay = policy.wait(attempt, after, self._rng)
-            if delay is None:
-                if response is not None:
-                    return response
-                assert error is not None
-                raise error
-            what = response.status_code if response is not None else repr(error)
-            log.debug("%s %s: %s; retry %d in %.2fs", method, request.url, what, attempt + 1, delay)
-            if response is not None:
-                await response.aclose()
-            attempt += 1
-            await self._sleep(delay)
-            if self._before_retry is not None:
-                await self._before_retry(request)
-            response = error = None
-            try:
-                response = await self.inner.handle_async_request(request)
-            except httpx.TransportError as exc:
-                error = exc
+        hook = self._before_retry
+
+        async def before() -> None:
+            if hook is not None:
+                await hook(request)
+
+        async def close(answer: httpx.Response) -> None:
+            await answer.aclose()
+
+        return await retry_after_first(
+            request.method,
+            lambda: self.inner.handle_async_request(request),
+            response,
+            error,
+            policy=policy if policy is not None else self.policy,
+            sleep=self._sleep,
+            rng=self._rng,
+            idempotent=ext.get(IDEMPOTENT),
+            before_retry=before,
+            discard=close,
+            what=str(request.url),
+        )
 
     async def aclose(self) -> None:
         await self.inner.aclose()

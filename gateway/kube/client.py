@@ -26,24 +26,35 @@ Design decisions:
 
 from __future__ import annotations
 
+import contextlib
 import json as _json
 import logging
 import os
 import random
 import ssl
+import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Protocol, TypedDict
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 
 from gateway.config import KubeSettings
 from gateway.errors import StartupError
 from gateway.kube.errors import ApiError, NotLeader, error_from_status, error_from_transport
+from gateway.kube.http11 import Http11Pool, Response
 from vkgate_core.clock import Clock, SystemClock
-from vkgate_core.retry import NO_RETRY, RETRY, RetryPolicy, RetryTransport
+from vkgate_core.retry import (
+    MAYBE_RETRIED,
+    NO_RETRY,
+    RETRY,
+    RetryPolicy,
+    RetryTransport,
+    retry_after_first,
+)
 
 __all__ = ["KUBE_RETRY", "NO_RETRY", "KubeClient", "KubeConfig", "RetryPolicy", "TokenBucket"]
 
@@ -256,6 +267,7 @@ class KubeClient:
         retry: RetryPolicy | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        max_connections: int = 100,
     ) -> None:
         self.config = config
         self.server = config.server.rstrip("/")
@@ -271,6 +283,18 @@ class KubeClient:
         self._extensions: dict[str, Any] = (
             {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
         )
+        self._headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        #: The lean HTTP/1.1 path (docs/design/kube-client.md, "HTTP path"); None when a test
+        #: transport or a proxy sends requests through httpx instead.
+        self._pool: Http11Pool | None = None
+        if transport is None and not _proxied(self.server):
+            self._pool = Http11Pool(
+                self.server,
+                ssl_context=config.ssl_context() if self.server.startswith("https") else None,
+                server_hostname=config.tls_server_name,
+                max_connections=max_connections,
+                connect_timeout=timeout,
+            )
         if transport is None:
             verify: ssl.SSLContext | bool = True
             if self.server.startswith("https"):
@@ -287,7 +311,7 @@ class KubeClient:
             ),
             auth=_Auth(config),
             timeout=httpx.Timeout(timeout),
-            headers={"Accept": "application/json", "User-Agent": USER_AGENT},
+            headers=self._headers,
         )
 
     # -- construction ------------------------------------------------------------------
@@ -311,7 +335,14 @@ class KubeClient:
         return cls(load_config(str(path), context=context), qps=qps, burst=burst, **kwargs)
 
     async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
         await self._http.aclose()
+
+    @property
+    def connections_opened(self) -> int | None:
+        """Connections the lean path has opened (None when requests go through httpx)."""
+        return self._pool.opened if self._pool is not None else None
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -351,12 +382,24 @@ class KubeClient:
             refused = self.fence(method, path)
             if refused:
                 raise NotLeader(f"{method} {path} not sent: {refused}", reason="NotLeader")
+        bucket = limiter or self._limiter
+        await bucket.acquire()
+        if verb:
+            self.stats[(verb, resource_of(path))] += 1
+        if self._pool is not None:
+            return await self._lean(
+                method=method,
+                path=path,
+                params=params,
+                content=content,
+                headers=hdrs,
+                retry=retry,
+                bucket=bucket,
+                verb=verb,
+            )
         extensions = self._extensions
         if retry is not None or limiter is not None:
             extensions = {**extensions, RETRY: retry, _BUCKET: limiter}
-        await (limiter or self._limiter).acquire()
-        if verb:
-            self.stats[(verb, resource_of(path))] += 1
         try:
             resp = await self._http.request(
                 method,
@@ -369,9 +412,67 @@ class KubeClient:
         except httpx.TransportError as exc:
             raise error_from_transport(exc, context=f"{method} {self.server}{path}") from exc
         if resp.status_code < 400:
-            return _decode(resp)
+            return _decode(resp.content)
         raise error_from_status(
             resp.status_code, resp.content, retry_after=resp.headers.get("Retry-After")
+        )
+
+    async def _lean(
+        self,
+        *,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        content: bytes | None,
+        headers: dict[str, str],
+        retry: RetryPolicy | None,
+        bucket: TokenBucket,
+        verb: str | None,
+    ) -> dict[str, Any]:
+        """``request`` on the lean HTTP/1.1 path, through the one retry loop."""
+        assert self._pool is not None
+        pool = self._pool
+        query = _params(params)
+        target = f"{path}?{urlencode(query, quote_via=quote)}" if query else path
+        all_headers = {**self._headers, **headers}
+        token = self.config.token
+        if token:
+            all_headers["Authorization"] = token
+
+        def send() -> Awaitable[Response]:
+            return pool.request(method, target, all_headers, content, time_limit=self.timeout)
+
+        async def before_retry() -> None:
+            await bucket.acquire()
+            if verb:
+                self.stats[(verb, resource_of(path))] += 1
+
+        resp: Response | None = None
+        error: httpx.TransportError | None = None
+        try:
+            try:
+                resp = await send()
+            except httpx.TransportError as exc:
+                error = exc
+            if error is not None or (resp is not None and resp.status_code in MAYBE_RETRIED):
+                resp = await retry_after_first(
+                    method,
+                    send,
+                    resp,
+                    error,
+                    policy=retry if retry is not None else self.retry,
+                    sleep=self.clock.sleep,
+                    rng=self._rng,
+                    before_retry=before_retry,
+                    what=f"{self.server}{path}",
+                )
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, context=f"{method} {self.server}{path}") from exc
+        assert resp is not None
+        if resp.status_code < 400:
+            return _decode(resp.content)
+        raise error_from_status(
+            resp.status_code, resp.content, retry_after=resp.headers.get("retry-after")
         )
 
     async def _before_retry(self, request: httpx.Request) -> None:
@@ -466,19 +567,12 @@ class KubeClient:
         query = dict(params or {})
         query["watch"] = "true"
         await self._limiter.acquire()
-        timeout = httpx.Timeout(self.timeout, read=read_timeout)
         try:
-            async with self._http.stream(
-                "GET",
-                path,
-                params=_params(query),
-                timeout=timeout,
-                extensions={**self._extensions, RETRY: NO_RETRY},
-            ) as resp:
+            async with self._stream(path, query, read_timeout) as resp:
                 if resp.status_code >= 400:
                     body = await resp.aread()
                     raise error_from_status(
-                        resp.status_code, body, retry_after=resp.headers.get("Retry-After")
+                        resp.status_code, body, retry_after=resp.headers.get("retry-after")
                     )
                 async for line in resp.aiter_lines():
                     if not line.strip():
@@ -494,6 +588,54 @@ class KubeClient:
         except httpx.TransportError as exc:
             raise error_from_transport(exc, context=f"watch {self.server}{path}") from exc
 
+    @contextlib.asynccontextmanager
+    async def _stream(
+        self, path: str, query: Mapping[str, Any], read_timeout: float | None
+    ) -> AsyncIterator[_Streamed]:
+        params = _params(query)
+        if self._pool is not None:
+            target = f"{path}?{urlencode(params, quote_via=quote)}" if params else path
+            headers = dict(self._headers)
+            token = self.config.token
+            if token:
+                headers["Authorization"] = token
+            async with self._pool.stream(
+                "GET", target, headers, head_limit=self.timeout, read_timeout=read_timeout
+            ) as resp:
+                yield resp
+            return
+        async with self._http.stream(
+            "GET",
+            path,
+            params=params,
+            timeout=httpx.Timeout(self.timeout, read=read_timeout),
+            extensions={**self._extensions, RETRY: NO_RETRY},
+        ) as r:
+            yield r
+
+
+class _Streamed(Protocol):
+    """What ``watch`` reads of a streamed response, on either path."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_lines(self) -> AsyncIterator[str]: ...
+
+
+def _proxied(server: str) -> bool:
+    """True when the environment routes ``server`` through a proxy (then httpx sends)."""
+    proxies = urllib.request.getproxies()
+    scheme = urlsplit(server).scheme
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(urlsplit(server).hostname or "")
+
 
 def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:
     if not params:
@@ -506,11 +648,11 @@ def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:
     return out
 
 
-def _decode(resp: httpx.Response) -> dict[str, Any]:
-    if not resp.content:
+def _decode(content: bytes) -> dict[str, Any]:
+    if not content:
         return {}
     try:
-        data = resp.json()
+        data = _json.loads(content)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {"items": data}
