@@ -2,16 +2,16 @@
 
 ``Agent`` is what ``bench.pods_burst`` needs from a kubelet implementation: start it for a
 node name (return once it is ready to receive pods), stop it, tell its pid (for RSS and CPU
-from ``/proc``) and, if it can, report its own API write counters.  Two implementations:
+from ``/proc``) and, if it can, report its own API write counters.  Two implementations here
+(the Go ones, ``go-vk-lib``, ``go-vk-binary`` and ``go-floor``, are in ``bench.go_agents``):
 
 * ``VkgateAgent`` — ``vkgate run`` as a child process (``gateway.devstack.agent``), simulated
   backend, writes read from its own ``/metrics`` (``vkgate_api_writes_total``);
 * ``IdealKubeletAgent`` — ``bench.ideal_kubelet``, the baseline (one status PATCH and one
   final DELETE per pod), exposing the same metric.
 
-Adding an agent (the Go virtual-kubelet with its mock provider is next, see
-docs/design/control-plane.md, "Go virtual-kubelet") means one more class here with the same four
-members and an entry in ``AGENTS``.  An agent that cannot count its own writes returns None
+Adding an agent means one more class with the same members and an entry in
+``bench.pods_burst`` (``run_all.make`` and ``parse_args``).  An agent that cannot count its own writes returns None
 from ``api_writes``; the harness still has the API server's view
 (``apiserver_request_total``), which needs no cooperation from the agent.
 """
@@ -41,7 +41,7 @@ _EVENT_LINE = re.compile(r'^vkgate_events_total\{outcome="([^"]*)"\} (\S+)$')
 class Agent(Protocol):
     """A kubelet implementation under test."""
 
-    #: Short name used in reports ("vkgate", "ideal-kubelet", later "go-vk").
+    #: Short name used in reports ("vkgate", "ideal-kubelet", "go-vk-lib", ...).
     name: str
 
     def start(self, node_name: str) -> None:
@@ -106,6 +106,12 @@ def _healthz(address: str) -> bool:
         return False
 
 
+def wait_healthz(what: str, address: str, *, proc: Proc | None, timeout: float = 60) -> None:
+    """Wait until the plain-HTTP ``/healthz`` at ``address`` answers 200 (``proc`` exiting or
+    the timeout raises ``DevstackError`` with the tail of its log)."""
+    wait_for(what, lambda: _healthz(address), timeout=timeout, proc=proc)
+
+
 class VkgateAgent:
     """``vkgate run`` (simulated backend) as a child process."""
 
@@ -124,11 +130,11 @@ class VkgateAgent:
             self.cp, self.workdir / node_name, self.settings, node_name=node_name
         )
         self.gw.start()
-        wait_for(
+        wait_healthz(
             "vkgate /healthz on its metrics address",
-            lambda: _healthz(self.metrics_address),
-            timeout=30,
+            self.metrics_address,
             proc=self.gw.proc,
+            timeout=30,
         )
 
     @property
@@ -209,12 +215,7 @@ class IdealKubeletAgent:
             env=env,
             cwd=REPO,
         )
-        wait_for(
-            "ideal kubelet /healthz",
-            lambda: _healthz(self.metrics_address),
-            timeout=60,
-            proc=self.proc,
-        )
+        wait_healthz("ideal kubelet /healthz", self.metrics_address, proc=self.proc)
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -51,12 +51,15 @@ from typing import Any
 
 from bench import procstat, report
 from bench.agents import Agent, IdealKubeletAgent, VkgateAgent, Writes
+from bench.go_agents import GoFloorAgent, GoVkBinaryAgent, GoVkLibAgent
 from gateway.devstack import build
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone, NotFound
 
 MAX_PODS = 1000
+#: ``--agents`` choices (bench/README.md has what each is; the Go ones: ``bench.go_agents``).
+AGENT_NAMES = ("vkgate", "ideal-kubelet", "go-vk-lib", "go-floor", "go-vk-binary")
 #: Resources whose writes are charged to the pods (the rest — nodes, leases — is background).
 POD_RESOURCES = ("pods", "pods/status", "events")
 _APISERVER_LINE = "apiserver_request_total{"
@@ -671,9 +674,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not 0 < args.timeout <= 1800:
         p.error("--timeout must be in (0, 1800]")
     args.agent_names = [a.strip() for a in args.agents.split(",") if a.strip()]
-    unknown = set(args.agent_names) - {"vkgate", "ideal-kubelet"}
+    unknown = set(args.agent_names) - set(AGENT_NAMES)
     if unknown or not args.agent_names:
-        p.error(f"unknown agents {sorted(unknown)}; known: vkgate, ideal-kubelet")
+        p.error(f"unknown agents {sorted(unknown)}; known: {', '.join(AGENT_NAMES)}")
     return args
 
 
@@ -686,6 +689,12 @@ async def run_all(cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> 
     def make(name: str) -> Agent:
         if name == "vkgate":
             return VkgateAgent(cp, workdir, settings)
+        if name == "go-vk-lib":
+            return GoVkLibAgent(cp, workdir, workers=workers, start_delay=args.start_delay)
+        if name == "go-floor":
+            return GoFloorAgent(cp, workdir, workers=workers)
+        if name == "go-vk-binary":
+            return GoVkBinaryAgent(cp, workdir)
         return IdealKubeletAgent(cp, workdir, qps=qps, burst=burst, workers=workers)
 
     results: list[RunResult] = []

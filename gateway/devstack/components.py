@@ -195,6 +195,34 @@ def vk_e2e(version: str = VK_VERSION) -> Module:
     )
 
 
+#: client-go of the virtual-kubelet v1.13.0 go.mod (the version its library is built and tested with).
+VK_CLIENT_GO_VERSION = "0.35.4"
+
+
+def vkbench(version: str = VK_VERSION) -> Module:
+    """The Go agents of bench/ (bench/README.md): ``vkbench`` (``-mode vk-lib``: the virtual-kubelet
+    library with an in-memory provider; ``-mode floor``: a raw client-go floor) and the upstream
+    ``virtual-kubelet`` command with its mock provider, both from one module
+    (docs/design/control-plane.md, "Go virtual-kubelet").  The tags leave out the command's
+    Jaeger and OpenCensus-agent trace exporters, which the benchmark never enables."""
+    cmd = "github.com/virtual-kubelet/virtual-kubelet/cmd/virtual-kubelet"
+    return Module(
+        folder="vkbench",
+        version=version,
+        binaries=(
+            Binary("vkbench", "vkgate.local/build/vkbench"),
+            Binary("virtual-kubelet", cmd),
+        ),
+        requires=(
+            f"github.com/virtual-kubelet/virtual-kubelet v{version}",
+            f"k8s.io/client-go v{VK_CLIENT_GO_VERSION}",
+        ),
+        get=(f"{cmd}@v{version}", f"k8s.io/client-go@v{VK_CLIENT_GO_VERSION}"),
+        tags=("no_jaeger_exporter", "no_ocagent_exporter"),
+        ldflags=("-s", "-w", f"-X main.buildVersion=v{version}"),
+    )
+
+
 def helm(version: str = HELM_VERSION) -> Module:
     """helm, for ``helm lint`` / ``helm template`` of deploy/helm (deploy/README.md)."""
     pkg = "helm.sh/helm/v3/cmd/helm"
@@ -210,7 +238,7 @@ def helm(version: str = HELM_VERSION) -> Module:
 
 def modules() -> dict[str, Module]:
     """Every pinned module by folder name."""
-    mods = (kubernetes(), etcd(), nomad(), metrics_server(), vk_e2e(), helm())
+    mods = (kubernetes(), etcd(), nomad(), metrics_server(), vk_e2e(), vkbench(), helm())
     return {m.folder: m for m in mods}
 
 

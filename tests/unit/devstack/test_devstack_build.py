@@ -52,10 +52,14 @@ def _requirements(gomod: str) -> list[tuple[str, str]]:
 
 
 def test_the_module_list_is_not_empty() -> None:
-    assert {"kubernetes", "etcd", "nomad", "metrics-server", "vk-e2e"} <= set(MODULES)
-    assert {"kube-apiserver", "kube-scheduler", "kube-controller-manager"} <= set(
-        components.binaries()
-    )
+    assert {"kubernetes", "etcd", "nomad", "metrics-server", "vk-e2e", "vkbench"} <= set(MODULES)
+    assert {
+        "kube-apiserver",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "vkbench",
+        "virtual-kubelet",
+    } <= set(components.binaries())
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -92,6 +96,33 @@ def test_the_nomad_module_pins_the_api_module_once() -> None:
         f"github.com/hashicorp/nomad/api => github.com/hashicorp/nomad/api "
         f"{components.NOMAD_API_VERSION}"
     ) in gomod
+
+
+def test_the_vkbench_module_pins_the_vk_library_with_its_own_client_go() -> None:
+    """The bench's Go agents build against virtual-kubelet v1.13.0 and the client-go its go.mod
+    requires: every module vkbench shares with the vk-e2e pins (v1.13.0's graph) has the same
+    version there, so the library runs with the dependencies upstream tested it with."""
+    vkbench = dict(_requirements((MODULES["vkbench"].path / "go.mod").read_text()))
+    e2e = dict(_requirements((MODULES["vk-e2e"].path / "go.mod").read_text()))
+    assert vkbench["github.com/virtual-kubelet/virtual-kubelet"] == f"v{components.VK_VERSION}"
+    assert vkbench["k8s.io/client-go"] == f"v{components.VK_CLIENT_GO_VERSION}"
+    shared = set(vkbench) & set(e2e)
+    assert {"k8s.io/client-go", "k8s.io/api", "k8s.io/apimachinery"} <= shared
+    assert {m: vkbench[m] for m in shared} == {m: e2e[m] for m in shared}
+
+
+def test_the_upstream_vk_command_is_built_from_the_vkbench_pins() -> None:
+    module = components.binaries()["virtual-kubelet"]
+    assert module.folder == "vkbench"
+    (spec,) = [b for b in module.binaries if b.name == "virtual-kubelet"]
+    assert spec.package == "github.com/virtual-kubelet/virtual-kubelet/cmd/virtual-kubelet"
+    # a blank import behind the "tools" tag keeps the command's dependencies in go.mod/go.sum
+    tools = (module.path / "tools.go").read_text()
+    assert tools.startswith("//go:build tools\n")
+    assert f'import _ "{spec.package}"' in tools
+    go_sum = (module.path / "go.sum").read_text()
+    for dep in ("github.com/spf13/cobra", "github.com/sirupsen/logrus"):
+        assert f"{dep} " in go_sum, f"{dep} (imported by the command) is not pinned"
 
 
 @pytest.mark.parametrize("binary", sorted(components.binaries()))
