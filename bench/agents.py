@@ -112,6 +112,41 @@ def wait_healthz(what: str, address: str, *, proc: Proc | None, timeout: float =
     wait_for(what, lambda: _healthz(address), timeout=timeout, proc=proc)
 
 
+class ChildAgent:
+    """The members every agent that is one child process (``self.proc``) shares."""
+
+    proc: Proc | None = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(timeout=10)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.alive() else None
+
+    def log_tail(self) -> str:
+        return self.proc.log_tail(4000) if self.proc is not None else ""
+
+
+class ScrapedAgent(ChildAgent):
+    """A child process with a client rate limit and a worker count that serves
+    ``vkgate_api_writes_total`` on ``metrics_address``."""
+
+    def __init__(
+        self, cp: ControlPlane, workdir: Path, *, qps: float, burst: int, workers: int
+    ) -> None:
+        self.cp = cp
+        self.workdir = workdir
+        self.qps, self.burst, self.workers = qps, burst, workers
+        self.rate_limit = (qps, burst)
+        self.proc: Proc | None = None
+        self.metrics_address = ""
+
+    def api_writes(self) -> Writes | None:
+        return scrape_writes(self.metrics_address)
+
+
 class VkgateAgent:
     """``vkgate run`` (simulated backend) as a child process."""
 
@@ -172,20 +207,10 @@ class VkgateAgent:
         return self.gw.log_text()[-4000:] if self.gw is not None else ""
 
 
-class IdealKubeletAgent:
+class IdealKubeletAgent(ScrapedAgent):
     """``bench.ideal_kubelet`` as a child process: the baseline."""
 
     name = "ideal-kubelet"
-
-    def __init__(
-        self, cp: ControlPlane, workdir: Path, *, qps: float, burst: int, workers: int
-    ) -> None:
-        self.cp = cp
-        self.workdir = workdir
-        self.qps, self.burst, self.workers = qps, burst, workers
-        self.rate_limit = (qps, burst)
-        self.proc: Proc | None = None
-        self.metrics_address = ""
 
     def start(self, node_name: str) -> None:
         self.metrics_address = f"127.0.0.1:{free_port()}"
@@ -217,25 +242,11 @@ class IdealKubeletAgent:
         )
         wait_healthz("ideal kubelet /healthz", self.metrics_address, proc=self.proc)
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop(timeout=10)
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None and self.proc.alive() else None
-
-    def api_writes(self) -> Writes | None:
-        return scrape_writes(self.metrics_address)
-
     def describe(self) -> str:
         return (
             f"bench.ideal_kubelet: one status PATCH + one final DELETE per pod, "
             f"{self.workers} workers, kube.qps={self.qps}/burst={self.burst} (same client as vkgate)"
         )
-
-    def log_tail(self) -> str:
-        return self.proc.log_tail(4000) if self.proc is not None else ""
 
 
 AgentFactory = Callable[[], Agent]

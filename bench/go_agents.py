@@ -28,7 +28,7 @@ import json
 import os
 from pathlib import Path
 
-from bench.agents import Writes, scrape_writes, wait_healthz
+from bench.agents import ChildAgent, ScrapedAgent, Writes, wait_healthz
 from gateway.devstack import build, netns
 from gateway.devstack.components import VK_VERSION
 from gateway.devstack.controlplane import ControlPlane
@@ -37,31 +37,18 @@ from gateway.devstack.process import Proc, free_port, wait_for
 #: The upstream command's client: ``nodeutil.ClientsetFromEnv`` leaves ``rest.Config.QPS`` and
 #: ``Burst`` at zero, so client-go's defaults apply (docs/design/control-plane.md).
 VK_BINARY_RATE_LIMIT = (5.0, 10)
+#: Client-go rate limit of ``vkbench`` (both modes): high enough that the client is not what
+#: is measured (the upstream command's 5/10 is).
+GO_QPS, GO_BURST = 1000.0, 2000
 #: Capacity of the mock provider's node: enough for the largest burst.
 MOCK_CAPACITY = {"cpu": "10000", "memory": "10Ti", "pods": "10000"}
 
 
-class _VkbenchAgent:
+class _VkbenchAgent(ScrapedAgent):
     """``vkbench -mode <mode>`` as a child process, ready when its ``/healthz`` answers."""
 
     name = ""
     mode = ""
-
-    def __init__(
-        self,
-        cp: ControlPlane,
-        workdir: Path,
-        *,
-        qps: float = 1000.0,
-        burst: int = 2000,
-        workers: int = 10,
-    ) -> None:
-        self.cp = cp
-        self.workdir = workdir
-        self.qps, self.burst, self.workers = qps, burst, workers
-        self.rate_limit = (qps, burst)
-        self.proc: Proc | None = None
-        self.metrics_address = ""
 
     def extra_args(self) -> list[str]:
         return []
@@ -91,20 +78,6 @@ class _VkbenchAgent:
         )
         wait_healthz(f"{self.name} /healthz", self.metrics_address, proc=self.proc)
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop(timeout=10)
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None and self.proc.alive() else None
-
-    def api_writes(self) -> Writes | None:
-        return scrape_writes(self.metrics_address)
-
-    def log_tail(self) -> str:
-        return self.proc.log_tail(4000) if self.proc is not None else ""
-
 
 class GoVkLibAgent(_VkbenchAgent):
     """The Go virtual-kubelet v1.13 library, in-memory provider, queue limits lifted."""
@@ -117,8 +90,8 @@ class GoVkLibAgent(_VkbenchAgent):
         cp: ControlPlane,
         workdir: Path,
         *,
-        qps: float = 1000.0,
-        burst: int = 2000,
+        qps: float = GO_QPS,
+        burst: int = GO_BURST,
         workers: int = 10,
         start_delay: float = 0.05,
     ) -> None:
@@ -153,7 +126,7 @@ class GoFloorAgent(_VkbenchAgent):
         )
 
 
-class GoVkBinaryAgent:
+class GoVkBinaryAgent(ChildAgent):
     """The upstream ``virtual-kubelet`` command, mock provider, its own defaults."""
 
     name = "go-vk-binary"
@@ -212,14 +185,6 @@ class GoVkBinaryAgent:
         conditions = (node or {}).get("status", {}).get("conditions") or []
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop(timeout=10)
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None and self.proc.alive() else None
-
     def api_writes(self) -> Writes | None:
         return None
 
@@ -231,6 +196,3 @@ class GoVkBinaryAgent:
             "queues at client-go's default limiter (10 qps / burst 100 shared bucket), 10 pod "
             "sync workers, --disable-taint, admin credentials; in a network namespace"
         )
-
-    def log_tail(self) -> str:
-        return self.proc.log_tail(4000) if self.proc is not None else ""

@@ -51,7 +51,7 @@ from typing import Any
 
 from bench import procstat, report
 from bench.agents import Agent, IdealKubeletAgent, VkgateAgent, Writes
-from bench.go_agents import GoFloorAgent, GoVkBinaryAgent, GoVkLibAgent
+from bench.go_agents import GO_BURST, GO_QPS, GoFloorAgent, GoVkBinaryAgent, GoVkLibAgent
 from gateway.devstack import build
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
 from gateway.kube.client import KubeClient
@@ -692,7 +692,7 @@ async def run_all(cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> 
         if name == "go-vk-lib":
             return GoVkLibAgent(cp, workdir, workers=workers, start_delay=args.start_delay)
         if name == "go-floor":
-            return GoFloorAgent(cp, workdir, workers=workers)
+            return GoFloorAgent(cp, workdir, qps=GO_QPS, burst=GO_BURST, workers=workers)
         if name == "go-vk-binary":
             return GoVkBinaryAgent(cp, workdir)
         return IdealKubeletAgent(cp, workdir, qps=qps, burst=burst, workers=workers)

@@ -63,7 +63,7 @@ def test_the_upstream_command_reports_its_fixed_client_limit_and_no_own_counts(
 
 def test_the_library_agent_describes_its_limits_workers_and_delay(tmp_path: Path) -> None:
     agent = go_agents.GoVkLibAgent(CP, tmp_path, workers=7, start_delay=0.25)
-    assert agent.rate_limit == (1000.0, 2000)
+    assert agent.rate_limit == (go_agents.GO_QPS, go_agents.GO_BURST) == (1000.0, 2000)
     assert agent.extra_args() == ["-start-delay", "0.25s"]
     text = agent.describe()
     for part in ("library", "0.25 s", "7 workers", "qps=1000.0/burst=2000", "lifted", "admin"):
