@@ -48,6 +48,7 @@ from translators.base import (
     TranslatorContext,
 )
 from translators.rendering import TEAM_LABEL, Renderer
+from vkgate_core.kubetypes import Pod, as_pod
 from vkgate_core.settings import SettingsError
 
 log = logging.getLogger("gateway.offline")
@@ -71,7 +72,7 @@ def samples_dir() -> Path:
 
 @dataclass
 class Inputs:
-    pod: dict[str, Any]
+    pod: Pod
     configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
     namespace: dict[str, Any] | None = None
@@ -107,7 +108,7 @@ def parse_inputs(text: str, *, source: str = "") -> Inputs:
     return inputs
 
 
-def _with_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
+def _with_defaults(pod: Mapping[str, Any]) -> Pod:
     out = dict(pod)
     meta = dict(out.get("metadata") or {})
     meta.setdefault("namespace", "default")
@@ -115,7 +116,7 @@ def _with_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
     meta.setdefault("uid", "00000000-0000-0000-0000-000000000000")
     out["metadata"] = meta
     out["spec"] = dict(out.get("spec") or {})
-    return out
+    return as_pod(out)
 
 
 def _secret_data(secret: Mapping[str, Any]) -> dict[str, Any]:

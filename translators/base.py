@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339
 
 JSON: TypeAlias = dict[str, Any]
@@ -200,7 +201,7 @@ class ResolvedPod:
     uid: str
     node_name: str
     #: The pod object as plain JSON (metadata + spec).  Read-only by convention.
-    pod: Mapping[str, Any]
+    pod: Pod
     containers: tuple[ResolvedContainer, ...] = ()
     init_containers: tuple[ResolvedContainer, ...] = ()
     volumes: tuple[ResolvedVolume, ...] = ()

@@ -52,4 +52,3 @@ def parse_time(value: object, *, naive: Naive = "utc") -> _dt.datetime | None:
         return parse_rfc3339(value, naive=naive)
     except ValueError:
         return None
-

@@ -1,4 +1,5 @@
-"""The one HTTP client to the Kubernetes API: httpx, raw JSON dicts, no generated models.
+"""The one HTTP client to the Kubernetes API: httpx, raw JSON dicts, no generated models (the
+shapes the code reads are named in ``vkgate_core.kubetypes``).
 
 Why not the ``kubernetes`` package's ApiClient: it is synchronous, and its typed models drop
 fields they do not know on a round trip (a PUT of a pod read with an older client erases newer
@@ -37,7 +38,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
@@ -69,32 +70,6 @@ PATCH_CONTENT_TYPES: dict[str, str] = {
     "apply": "application/apply-patch+yaml",  # JSON is valid YAML
 }
 _WRITE_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-
-
-# --------------------------------------------------------------------------- JSON shapes
-
-
-class ObjectMeta(TypedDict, total=False):
-    name: str
-    namespace: str
-    uid: str
-    resourceVersion: str
-    generation: int
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    ownerReferences: list[dict[str, Any]]
-    deletionTimestamp: str
-    creationTimestamp: str
-
-
-class ListMeta(TypedDict, total=False):
-    resourceVersion: str
-    # "continue" is a keyword; read it with .get("continue")
-
-
-class WatchEvent(TypedDict):
-    type: str
-    object: dict[str, Any]
 
 
 # --------------------------------------------------------------------------- configuration

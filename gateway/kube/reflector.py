@@ -31,7 +31,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
@@ -40,7 +40,11 @@ from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.kube.reflector")
 
-Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], Awaitable[None]]
+#: The objects' JSON shape (``vkgate_core.kubetypes.Pod`` for the pod cache): the reflector
+#: stores what the server sent; the type names it for the code that reads the store.
+T = TypeVar("T", bound=Mapping[str, Any])
+
+Handler = Callable[[str, T, T | None], Awaitable[None]]
 
 #: The API server sends a BOOKMARK about once a minute on a quiet watch; a watch silent for much
 #: longer is a dead connection (e.g. a half-open TCP session after an API server crash).
@@ -69,7 +73,7 @@ def _rv(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-class Reflector:
+class Reflector(Generic[T]):
     def __init__(
         self,
         client: KubeClient,
@@ -90,7 +94,7 @@ class Reflector:
         self.backoff = backoff or Backoff(base=0.5, cap=30.0)
         self.watch_timeout = watch_timeout
         self._rng = rng or random.Random()
-        self.store: dict[str, dict[str, Any]] = {}
+        self.store: dict[str, T] = {}
         self.synced = asyncio.Event()
         self.resource_version = ""
         #: Counters for tests and metrics: lists, watches, gone, errors, inactivity.
@@ -106,7 +110,7 @@ class Reflector:
 
     # -- main loop ---------------------------------------------------------------------
 
-    async def run(self, handler: Handler) -> None:
+    async def run(self, handler: Handler[T]) -> None:
         """List, then watch forever; returns only by cancellation."""
         need_list = True
         failures = 0
@@ -152,10 +156,10 @@ class Reflector:
 
     # -- list --------------------------------------------------------------------------
 
-    async def _relist(self, handler: Handler) -> None:
+    async def _relist(self, handler: Handler[T]) -> None:
         self.counts["lists"] += 1
         result = await self.client.list(self.path, params=self.params)
-        fresh = {object_key(o): lean(o) for o in result.get("items") or []}
+        fresh = {object_key(o): cast(T, lean(o)) for o in result.get("items") or []}
         old_store = self.store
         self.store = dict(fresh)
         self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "")
@@ -172,7 +176,7 @@ class Reflector:
 
     # -- watch -------------------------------------------------------------------------
 
-    async def _watch_once(self, handler: Handler) -> None:
+    async def _watch_once(self, handler: Handler[T]) -> None:
         self.counts["watches"] += 1
         params = dict(self.params)
         params.update(
@@ -205,11 +209,11 @@ class Reflector:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _consume(self, params: Mapping[str, Any], handler: Handler) -> None:
+    async def _consume(self, params: Mapping[str, Any], handler: Handler[T]) -> None:
         async for event in self.client.watch(self.path, params=params):
             self._last_event = self.clock.monotonic()
             etype = str(event.get("type", ""))
-            obj = lean(event.get("object") or {})
+            obj = cast(T, lean(event.get("object") or {}))
             rv = _rv(obj)
             if etype == "BOOKMARK":
                 if rv:
@@ -231,9 +235,7 @@ class Reflector:
                 log.debug("watch %s: ignoring event type %r", self.path, etype)
             self._last_event = self.clock.monotonic()
 
-    async def _call(
-        self, handler: Handler, etype: str, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> None:
+    async def _call(self, handler: Handler[T], etype: str, obj: T, old: T | None) -> None:
         self._in_handler = True
         try:
             await handler(etype, obj, old)

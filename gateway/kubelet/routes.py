@@ -43,6 +43,7 @@ from translators.base import (
     UnsupportedError,
 )
 from vkgate_core.clock import Clock
+from vkgate_core.kubetypes import Pod
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,9 @@ FIRST_CHUNK_WAIT = 1.0
 class PodLookup(Protocol):
     """Read access to the pods bound to this node (the pod controller's cache)."""
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_pod(self, namespace: str, name: str) -> Pod | None: ...
 
-    def pods(self) -> list[dict[str, Any]]: ...
+    def pods(self) -> list[Pod]: ...
 
 
 def backend_http_error(exc: TranslatorError) -> HttpError:
@@ -72,12 +73,14 @@ def backend_http_error(exc: TranslatorError) -> HttpError:
     return HttpError(500, f"backend error: {exc}")
 
 
-def _containers(pod: dict[str, Any]) -> list[str]:
+def _containers(pod: Pod) -> list[str]:
     spec = pod.get("spec") or {}
-    names: list[str] = []
-    for key in ("initContainers", "containers", "ephemeralContainers"):
-        names += [str(c.get("name")) for c in spec.get(key) or [] if c.get("name")]
-    return names
+    every = (
+        (spec.get("initContainers") or [])
+        + (spec.get("containers") or [])
+        + (spec.get("ephemeralContainers") or [])
+    )
+    return [str(c.get("name")) for c in every if c.get("name")]
 
 
 Handler = Callable[[Request, Exchange, list[str]], Awaitable[None]]
@@ -140,9 +143,9 @@ class KubeletAPI:
 
     # -- lookups ---------------------------------------------------------------------
 
-    async def _pod(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    async def _pod(self, namespace: str, name: str, uid: str = "") -> Pod:
         found = self.pods.get_pod(namespace, name)
-        pod: dict[str, Any] | None = await found if inspect.isawaitable(found) else found
+        pod: Pod | None = await found if inspect.isawaitable(found) else found
         if pod is None:
             raise HttpError(404, f'pod "{namespace}/{name}" not found on node {self.node_name}')
         if uid and (pod.get("metadata") or {}).get("uid") != uid:
@@ -281,7 +284,7 @@ class KubeletAPI:
 
     # -- pods ------------------------------------------------------------------------
 
-    def _node_pods(self) -> list[dict[str, Any]]:
+    def _node_pods(self) -> list[Pod]:
         return [
             p for p in self.pods.pods() if (p.get("spec") or {}).get("nodeName") == self.node_name
         ]

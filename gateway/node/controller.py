@@ -51,6 +51,7 @@ from gateway.node.health import BackendHealth, with_timeout
 from gateway.node.lease import LeaseKeeper
 from translators.base import Capacity, NodeInfo, Translator
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.kubetypes import Node, as_node
 
 log = logging.getLogger("gateway.node")
 
@@ -101,7 +102,7 @@ class NodeController:
         self.check_interval = min(10.0, ns.status_interval)
         self.boot_id = str(uuid.uuid4())
         #: The server's latest Node object (after our last read or write).
-        self.node: dict[str, Any] | None = None
+        self.node: Node | None = None
         self.status_writes = 0
         self._info = NodeInfo(hostname=self.name)
         self._info_loaded = False
@@ -288,7 +289,7 @@ class NodeController:
 
     # -- registration ------------------------------------------------------------------
 
-    def _set_node(self, node: dict[str, Any]) -> None:
+    def _set_node(self, node: Node) -> None:
         before = self.uid
         self.node = node
         if self.uid and self.uid != before:
@@ -296,7 +297,7 @@ class NodeController:
 
     async def _register(self) -> None:
         try:
-            node = await self.client.get(self.path)
+            node = as_node(await self.client.get(self.path))
         except NotFound:
             created = await self._create()
             if created is not None:
@@ -306,24 +307,24 @@ class NodeController:
                 log.info("registered node %s (uid %s)", self.name, self.uid)
                 await self._sync_status()  # writes only if the server dropped some status
                 return
-            node = await self.client.get(self.path)  # created concurrently by someone else
+            node = as_node(await self.client.get(self.path))  # created concurrently
         node = await self._patch_metadata(node)
         self._set_node(node)
         log.info("node %s exists (uid %s): updated it in place", self.name, self.uid)
         await self._sync_status(force=True)
 
-    async def _create(self) -> dict[str, Any] | None:
+    async def _create(self) -> Node | None:
         facts = self._facts()
         status = facts.status()
         now = rfc3339(self.clock.now())
         status["conditions"] = cond.with_times(self._conditions(), [], now)
         body = spec.new_node(self.name, self._labels(), self._taints()[0], status)
         try:
-            return await self.client.create("/api/v1/nodes", body)
+            return as_node(await self.client.create("/api/v1/nodes", body))
         except Conflict:
             return None
 
-    async def _patch_metadata(self, node: dict[str, Any]) -> dict[str, Any]:
+    async def _patch_metadata(self, node: Node) -> Node:
         ours, remove = self._taints()
         labels = self._labels()
         allow_taints = True
@@ -335,9 +336,9 @@ class NodeController:
             if patch is None:
                 return node
             try:
-                return await self.client.patch(self.path, patch)
+                return as_node(await self.client.patch(self.path, patch))
             except Conflict:
-                node = await self.client.get(self.path)
+                node = as_node(await self.client.get(self.path))
             except Forbidden as exc:
                 if "spec" not in patch:
                     raise
@@ -376,7 +377,7 @@ class NodeController:
     async def _sync_status(self, *, force: bool = False) -> bool:
         """Write status if anything we own differs (or it is due).  Returns True if written."""
         try:
-            node = await self.client.get(self.path)
+            node = as_node(await self.client.get(self.path))
         except NotFound:
             log.warning("node %s was deleted while running; registering it again", self.name)
             self.node = None
@@ -401,7 +402,7 @@ class NodeController:
         now = rfc3339(self.clock.now())
         timed = cond.with_times(wanted, current.get("conditions") or [], now)
         patch = spec.status_patch(desired, timed, stale)
-        result = await self.client.patch(self.path + "/status", patch)
+        result = as_node(await self.client.patch(self.path + "/status", patch))
         self._set_node(result)
         self._last_write = self.clock.monotonic()
         self._owned_resources = set(desired["capacity"])

@@ -41,6 +41,7 @@ from gateway.pods.sync import PodState, PodSync, Retry, pod_key
 from gateway.pods.translation import TranslationRetries
 from translators.base import Notifier, Translator, TranslatorError, WorkloadState
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger("gateway.pods")
@@ -88,7 +89,7 @@ class PodController:
             retry_burst=max(1, int(ps.rate_qps * 2)),
             rng=self._rng,
         )
-        self.reflector = Reflector(
+        self.reflector: Reflector[Pod] = Reflector(
             kube,
             "/api/v1/pods",
             params={"fieldSelector": f"spec.nodeName={self.node_name}"},
@@ -133,13 +134,13 @@ class PodController:
 
     # -- cache access (the kubelet server uses these) --------------------------------------
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
         return self.reflector.store.get(f"{namespace}/{name}")
 
-    def get_pod_by_key(self, key: str) -> dict[str, Any] | None:
+    def get_pod_by_key(self, key: str) -> Pod | None:
         return self.reflector.store.get(key)
 
-    def pods(self) -> list[dict[str, Any]]:
+    def pods(self) -> list[Pod]:
         return list(self.reflector.store.values())
 
     @property
@@ -214,7 +215,7 @@ class PodController:
         self._spawn(self.refs.run(self._on_refs_changed), "pod-refs")
         self.ready.set()
 
-    def _created_at(self, pod: Mapping[str, Any]) -> float:
+    def _created_at(self, pod: Pod) -> float:
         """The pod's creation time on the monotonic clock (how old an adopted workload is)."""
         created = (pod.get("metadata") or {}).get("creationTimestamp")
         if not created:
@@ -227,9 +228,7 @@ class PodController:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    async def _on_pod_event(
-        self, etype: str, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> None:
+    async def _on_pod_event(self, etype: str, obj: Pod, old: Pod | None) -> None:
         key = pod_key(obj)
         uid = self.state.uid_of(obj)
         if etype == "DELETED":
@@ -245,7 +244,7 @@ class PodController:
             return  # the watch echo of our own status write: nothing new
         self.queue.add(key)
 
-    def _queue_delete(self, key: GoneKey, pod: dict[str, Any] | None) -> None:
+    def _queue_delete(self, key: GoneKey, pod: Pod | None) -> None:
         self.state.gone[key] = pod
         self.queue.add(key)
 

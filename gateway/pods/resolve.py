@@ -60,6 +60,7 @@ from translators.base import (
 )
 from translators.rendering import TEAM_LABEL
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.kubetypes import CONTAINER_GROUPS, Pod
 
 log = logging.getLogger("gateway.pods.resolve")
 
@@ -319,7 +320,7 @@ class Resolver:
         self.allocatable = allocatable
         self.enable_service_links = enable_service_links
 
-    def admission(self, pod: Mapping[str, Any]) -> list[featmod.Unsupported]:
+    def admission(self, pod: Pod) -> list[featmod.Unsupported]:
         """Features and volume kinds the backend cannot provide (no I/O)."""
         found = featmod.check_pod(pod, self.features, backend=self.backend)
         kinds = self.features.volume_kinds
@@ -331,7 +332,7 @@ class Resolver:
                 )
         return found
 
-    def pod_ips(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+    def pod_ips(self, pod: Pod) -> tuple[str, ...]:
         status = pod.get("status") or {}
         known = tuple(str(x.get("ip")) for x in status.get("podIPs") or [] if x.get("ip"))
         if known:
@@ -340,7 +341,7 @@ class Resolver:
             return (str(status["podIP"]),)
         return (self.features.pod_ip_placeholder or self.host_ip(),)
 
-    async def resolve(self, pod: Mapping[str, Any]) -> Resolution:
+    async def resolve(self, pod: Pod) -> Resolution:
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         ns = str(meta.get("namespace", ""))
@@ -357,7 +358,7 @@ class Resolver:
         out.events.extend(pulls.events)
         if pulls.unreadable:  # hold the pod: its credentials would be lost for its lifetime
             reason = "waiting to read image pull secrets: " + "; ".join(pulls.unreadable)
-            for group in ("initContainers", "containers"):
+            for group in CONTAINER_GROUPS:
                 for c in spec.get(group) or []:
                     out.waiting[str(c.get("name"))] = ("ContainerCreating", reason)
         host = self.host_ip()
@@ -372,7 +373,7 @@ class Resolver:
         )
 
         containers: dict[str, list[ResolvedContainer]] = {"initContainers": [], "containers": []}
-        for group in ("initContainers", "containers"):
+        for group in CONTAINER_GROUPS:
             for c in spec.get(group) or []:
                 result = envmod.resolve_container_env(pod, c, sources)
                 out.events.extend(result.events)
@@ -427,7 +428,7 @@ class Resolver:
         return "", ""
 
     async def _pull_secrets(
-        self, pod: Mapping[str, Any], ns: str, lookups: Mapping[RefKey, Lookup]
+        self, pod: Pod, ns: str, lookups: Mapping[RefKey, Lookup]
     ) -> pullmod.PullSecretResult:
         names = pullmod.pull_secret_names(pod)
         if not names:

@@ -34,10 +34,19 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from translators.base import ContainerState, Phase, WorkloadState
 from translators.quantity import parse_quantity
+from vkgate_core.kubetypes import ContainerGroup, Pod, PodSpec, PodStatus, as_pod
+
+#: Each container list of the spec with the status list that reports on it.
+_GROUP_STATUSES: tuple[
+    tuple[ContainerGroup, Literal["initContainerStatuses", "containerStatuses"]], ...
+] = (
+    ("initContainers", "initContainerStatuses"),
+    ("containers", "containerStatuses"),
+)
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 OUR_CONDITIONS = (
@@ -57,11 +66,11 @@ def ts(t: _dt.datetime) -> str:
     return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def is_terminal(pod: Mapping[str, Any]) -> bool:
+def is_terminal(pod: Pod) -> bool:
     return str((pod.get("status") or {}).get("phase", "")) in TERMINAL
 
 
-def runs_again(pod: Mapping[str, Any]) -> bool:
+def runs_again(pod: Pod) -> bool:
     """Whether the kubelet would run this pod's containers again after they vanished:
     Always, or OnFailure while some container has not exited 0 (docs/design/backend-faults.md)."""
     spec = pod.get("spec") or {}
@@ -78,17 +87,17 @@ def runs_again(pod: Mapping[str, Any]) -> bool:
     return any(str(c.get("name")) not in done for c in spec.get("containers") or [])
 
 
-def restart_counts(pod: Mapping[str, Any]) -> dict[str, int]:
+def restart_counts(pod: Pod) -> dict[str, int]:
     """The pod's current restartCount per container (init and main)."""
     status = pod.get("status") or {}
     return {
         str(c.get("name")): int(c.get("restartCount") or 0)
-        for key in ("initContainerStatuses", "containerStatuses")
-        for c in status.get(key) or []
+        for c in (status.get("initContainerStatuses") or [])
+        + (status.get("containerStatuses") or [])
     }
 
 
-def carry_restarts(desired: JSON, pod: Mapping[str, Any], base: Mapping[str, int]) -> JSON:
+def carry_restarts(desired: JSON, pod: Pod, base: Mapping[str, int]) -> JSON:
     """A re-created workload counts restarts from 0 again; the pod keeps counting: add the
     runs before the re-create (``base``) and never let restartCount go down."""
     current = restart_counts(pod)
@@ -103,7 +112,7 @@ def carry_restarts(desired: JSON, pod: Mapping[str, Any], base: Mapping[str, int
 # --------------------------------------------------------------------------- QoS
 
 
-def qos_class(pod: Mapping[str, Any]) -> str:
+def qos_class(pod: Pod) -> str:
     """Kubernetes' ``GetPodQOS`` (cpu and memory of regular and init containers)."""
     spec = pod.get("spec") or {}
     containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
@@ -328,7 +337,7 @@ def _cond(ctype: str, ok: bool, reason: str = "", message: str = "") -> JSON:
 
 
 def _conditions(
-    pod: Mapping[str, Any],
+    pod: Pod,
     *,
     phase: str,
     placed: bool,
@@ -439,7 +448,7 @@ def _ips(value: str, fallback: Sequence[Mapping[str, Any]] | None) -> list[JSON]
 
 
 def _render(
-    pod: Mapping[str, Any],
+    pod: Pod,
     *,
     phase: str,
     reason: str,
@@ -485,12 +494,12 @@ def _render(
     return normalize(out)  # type: ignore[no-any-return]
 
 
-def _spec_containers(pod: Mapping[str, Any], group: str) -> list[Mapping[str, Any]]:
+def _spec_containers(pod: Pod, group: ContainerGroup) -> list[Mapping[str, Any]]:
     return list((pod.get("spec") or {}).get(group) or [])
 
 
 def _waiting_statuses(
-    pod: Mapping[str, Any], waiting: Mapping[str, tuple[str, str]]
+    pod: Pod, waiting: Mapping[str, tuple[str, str]]
 ) -> tuple[list[JSON], list[JSON]]:
     spec = pod.get("spec") or {}
     default = ("PodInitializing", "") if spec.get("initContainers") else ("ContainerCreating", "")
@@ -508,7 +517,7 @@ def _waiting_statuses(
 
 
 def from_workload(
-    pod: Mapping[str, Any],
+    pod: Pod,
     state: WorkloadState,
     *,
     now: _dt.datetime,
@@ -555,7 +564,7 @@ def from_workload(
 
 
 def pending(
-    pod: Mapping[str, Any],
+    pod: Pod,
     *,
     now: _dt.datetime,
     host_ip: str,
@@ -583,7 +592,7 @@ def pending(
     )
 
 
-def all_waiting(pod: Mapping[str, Any], reason: str, message: str) -> dict[str, tuple[str, str]]:
+def all_waiting(pod: Pod, reason: str, message: str) -> dict[str, tuple[str, str]]:
     """Every container waiting with ``reason`` — what ``kubectl get pods`` shows as STATUS
     (a container's waiting reason wins over the pod's reason there)."""
     names = [
@@ -593,9 +602,7 @@ def all_waiting(pod: Mapping[str, Any], reason: str, message: str) -> dict[str, 
     return {n: (reason, message) for n in names}
 
 
-def rejected(
-    pod: Mapping[str, Any], *, now: _dt.datetime, host_ip: str, reason: str, message: str
-) -> JSON:
+def rejected(pod: Pod, *, now: _dt.datetime, host_ip: str, reason: str, message: str) -> JSON:
     """The pod can never run here (unsupported feature/volume, create refused under
     restartPolicy Never): Failed, containers never started (waiting with the reason)."""
     if is_terminal(pod):
@@ -616,16 +623,11 @@ def rejected(
     )
 
 
-def _all_terminated(
-    pod: Mapping[str, Any], *, now: _dt.datetime, message: str
-) -> tuple[list[JSON], list[JSON]]:
-    prev = pod.get("status") or {}
-    spec = pod.get("spec") or {}
+def _all_terminated(pod: Pod, *, now: _dt.datetime, message: str) -> tuple[list[JSON], list[JSON]]:
+    prev: PodStatus = pod.get("status") or {}
+    spec: PodSpec = pod.get("spec") or {}
     out = []
-    for group, key in (
-        ("initContainers", "initContainerStatuses"),
-        ("containers", "containerStatuses"),
-    ):
+    for group, key in _GROUP_STATUSES:
         known = {str(s.get("name")): dict(s) for s in prev.get(key) or []}
         lst = []
         for c in spec.get(group) or []:
@@ -644,7 +646,7 @@ def _all_terminated(
 
 
 def lost(
-    pod: Mapping[str, Any],
+    pod: Pod,
     *,
     now: _dt.datetime,
     host_ip: str,
@@ -678,7 +680,7 @@ def lost(
 
 
 def deleted(
-    pod: Mapping[str, Any],
+    pod: Pod,
     state: WorkloadState | None,
     *,
     now: _dt.datetime,
@@ -691,7 +693,7 @@ def deleted(
         return dict(pod.get("status") or {})
     if state is not None:
         base = from_workload(pod, state, now=now, host_ip=host_ip, backend=backend)
-        pod = {**pod, "status": base}
+        pod = as_pod({**pod, "status": base})
     msg = "The container could not be located when the pod was deleted.  The container used to be Running"
     init_statuses, statuses = _all_terminated(pod, now=now, message=msg)
     ok = bool(statuses) and all(_exit_code(s) == 0 for s in statuses)

@@ -66,6 +66,7 @@ from translators.base import (
     WorkloadState,
 )
 from vkgate_core.clock import Clock
+from vkgate_core.kubetypes import Pod, as_pod
 from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger("gateway.pods.sync")
@@ -85,18 +86,18 @@ class Retry(Exception):
         self.retry_after = retry_after
 
 
-def pod_key(pod: Mapping[str, Any]) -> PodKey:
+def pod_key(pod: Pod) -> PodKey:
     return PodKey.of(pod)
 
 
-def pod_ref(pod: Mapping[str, Any]) -> PodRef:
+def pod_ref(pod: Pod) -> PodRef:
     meta = pod.get("metadata") or {}
     return PodRef(
         str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
     )
 
 
-def _ran_before(pod: Mapping[str, Any]) -> bool:
+def _ran_before(pod: Pod) -> bool:
     status = pod.get("status") or {}
     if status.get("phase") == "Running":
         return True
@@ -109,7 +110,7 @@ def _ran_before(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def spec_hash(pod: Mapping[str, Any]) -> str:
+def spec_hash(pod: Pod) -> str:
     meta = pod.get("metadata") or {}
     body = {
         "labels": meta.get("labels") or {},
@@ -149,7 +150,7 @@ class PodState:
     #: pod UID -> monotonic time this process submitted (or adopted: -inf) it.
     submitted: dict[str, float] = field(default_factory=dict)
     #: pod UID -> (spec hash, pod snapshot, resolved fingerprint) as last submitted.
-    applied: dict[str, tuple[str, dict[str, Any], str]] = field(default_factory=dict)
+    applied: dict[str, tuple[str, Pod, str]] = field(default_factory=dict)
     written: dict[str, _Written] = field(default_factory=dict)
     #: pod UID -> grace period we asked the backend to stop with.
     delete_requested: dict[str, int] = field(default_factory=dict)
@@ -160,7 +161,7 @@ class PodState:
     #: UIDs whose referenced ConfigMaps/Secrets changed.
     refs_changed: set[str] = field(default_factory=set)
     #: cleanup key -> last known pod object (None for orphans).
-    gone: dict[GoneKey, dict[str, Any] | None] = field(default_factory=dict)
+    gone: dict[GoneKey, Pod | None] = field(default_factory=dict)
     #: pod UID -> backend events already recorded.
     emitted: dict[str, tuple[tuple[str, str, str, str], ...]] = field(default_factory=dict)
     #: UIDs that got their "ephemeral containers unsupported" event.
@@ -170,15 +171,15 @@ class PodState:
     status_writes: Counter[str] = field(default_factory=Counter)
 
     @staticmethod
-    def uid_of(pod: Mapping[str, Any]) -> str:
+    def uid_of(pod: Pod) -> str:
         return str((pod.get("metadata") or {}).get("uid", ""))
 
-    def adopt(self, pod: Mapping[str, Any], state: WorkloadState, *, submitted_at: float) -> None:
+    def adopt(self, pod: Pod, state: WorkloadState, *, submitted_at: float) -> None:
         """A workload found at startup; ``submitted_at`` estimates when (pod creation time)."""
         uid = state.ref.uid
         self.workloads[uid] = state
         self.submitted[uid] = submitted_at
-        self.applied[uid] = (spec_hash(pod), dict(pod), "")
+        self.applied[uid] = (spec_hash(pod), as_pod(dict(pod)), "")
 
     def submitted_since(self, uid: str, since: float) -> bool:
         t = self.submitted.get(uid)
@@ -192,7 +193,7 @@ class PodState:
         self.submitted.pop(uid, None)
         self.applied.pop(uid, None)
 
-    def is_own_echo(self, pod: Mapping[str, Any]) -> bool:
+    def is_own_echo(self, pod: Pod) -> bool:
         w = self.written.get(self.uid_of(pod))
         rv = str((pod.get("metadata") or {}).get("resourceVersion", ""))
         if w is not None and w.rv == rv:
@@ -231,7 +232,7 @@ class PodSync:
         max_retries: int,
         backoff_max: float,
         kick: Callable[[], None],
-        lookup: Callable[[str], dict[str, Any] | None],
+        lookup: Callable[[str], Pod | None],
         translation: TranslationRetries | None = None,
     ) -> None:
         self.kube = kube
@@ -255,17 +256,17 @@ class PodSync:
     # -- helpers -----------------------------------------------------------------------------
 
     async def event(
-        self, pod: Mapping[str, Any], etype: str, reason: str, message: str, field_path: str = ""
+        self, pod: Pod, etype: str, reason: str, message: str, field_path: str = ""
     ) -> None:
         await self.events.record(
             pod, type=etype, reason=reason, message=message, field_path=field_path
         )
 
-    def _path(self, pod: Mapping[str, Any]) -> str:
+    def _path(self, pod: Pod) -> str:
         meta = pod.get("metadata") or {}
         return f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
 
-    async def write_status(self, pod: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    async def write_status(self, pod: Pod, desired: Mapping[str, Any]) -> bool:
         """Patch the status if it changed semantically; returns True if written."""
         uid = self.state.uid_of(pod)
         key = pod_key(pod)
@@ -311,16 +312,16 @@ class PodSync:
             await self.event(pod, etype, reason, message, fp)
         return True
 
-    async def _reread(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    async def _reread(self, pod: Pod) -> Pod | None:
         try:
-            fresh = await self.kube.get(self._path(pod))
+            fresh = as_pod(await self.kube.get(self._path(pod)))
         except NotFound:
             return None
         if self.state.uid_of(fresh) != self.state.uid_of(pod):
             return None
         return fresh
 
-    async def final_delete(self, pod: Mapping[str, Any]) -> None:
+    async def final_delete(self, pod: Pod) -> None:
         uid = self.state.uid_of(pod)
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
@@ -377,7 +378,7 @@ class PodSync:
 
     # -- create ------------------------------------------------------------------------------
 
-    async def _create(self, pod: dict[str, Any]) -> None:
+    async def _create(self, pod: Pod) -> None:
         key = pod_key(pod)
         uid = self.state.uid_of(pod)
         policy = str((pod.get("spec") or {}).get("restartPolicy") or "Always")
@@ -463,7 +464,7 @@ class PodSync:
             return
         await self.write_status(current, self._desired(current, state))
 
-    def _desired(self, pod: dict[str, Any], state: WorkloadState) -> dict[str, Any]:
+    def _desired(self, pod: Pod, state: WorkloadState) -> dict[str, Any]:
         desired = st.from_workload(
             pod, state, now=self._now(), host_ip=self.host_ip(), backend=self.backend
         )
@@ -471,7 +472,7 @@ class PodSync:
             desired, pod, self.state.restart_base.get(self.state.uid_of(pod), {})
         )
 
-    async def _recreate_lost(self, pod: dict[str, Any]) -> None:
+    async def _recreate_lost(self, pod: Pod) -> None:
         """The backend lost the workload of a pod that must keep running (restartPolicy Always,
         or OnFailure not done): run its containers again, as the kubelet restarts a container
         that died, and count it as a restart of each container."""
@@ -489,7 +490,7 @@ class PodSync:
         await self.event(pod, "Warning", "WorkloadLost", msg)
         await self._create(pod)
 
-    async def _reject_unsupported(self, pod: dict[str, Any], res: Resolution) -> None:
+    async def _reject_unsupported(self, pod: Pod, res: Resolution) -> None:
         first = res.unsupported[0]
         message = "; ".join(u.message for u in res.unsupported)
         for u in res.unsupported:
@@ -502,7 +503,7 @@ class PodSync:
             ),
         )
 
-    async def _create_failed(self, pod: dict[str, Any], exc: BackendError, policy: str) -> None:
+    async def _create_failed(self, pod: Pod, exc: BackendError, policy: str) -> None:
         key = pod_key(pod)
         attempts = self.queue.failures(key) + 1
         final = not exc.retryable or attempts >= self.max_retries
@@ -548,7 +549,7 @@ class PodSync:
 
     # -- update ------------------------------------------------------------------------------
 
-    async def _maybe_update(self, pod: dict[str, Any], state: WorkloadState) -> None:
+    async def _maybe_update(self, pod: Pod, state: WorkloadState) -> None:
         uid = self.state.uid_of(pod)
         await self._warn_ephemeral(pod)
         applied = self.state.applied.get(uid)
@@ -586,7 +587,7 @@ class PodSync:
             )
             raise
 
-    async def _warn_ephemeral(self, pod: dict[str, Any]) -> None:
+    async def _warn_ephemeral(self, pod: Pod) -> None:
         if "ephemeralContainers" in self.translator.features.pod_features:
             return
         names = set(ephemeral_containers(pod))
@@ -602,7 +603,7 @@ class PodSync:
                 f"are not supported by the {self.backend} backend and will not run",
             )
 
-    async def _check_deadline(self, pod: dict[str, Any]) -> None:
+    async def _check_deadline(self, pod: Pod) -> None:
         """spec.activeDeadlineSeconds: the kubelet kills the pod and fails it (DeadlineExceeded)."""
         spec = pod.get("spec") or {}
         deadline = spec.get("activeDeadlineSeconds")
@@ -630,7 +631,7 @@ class PodSync:
 
     # -- delete ------------------------------------------------------------------------------
 
-    async def _backend_delete(self, ref: PodRef, grace: int, pod: Mapping[str, Any] | None) -> None:
+    async def _backend_delete(self, ref: PodRef, grace: int, pod: Pod | None) -> None:
         try:
             await self.translator.delete(ref, grace_seconds=max(0, grace))
             self.state.stats["backend_deletes"] += 1
@@ -642,7 +643,7 @@ class PodSync:
             raise
         self.kick()
 
-    async def _sync_deleting(self, pod: dict[str, Any]) -> None:
+    async def _sync_deleting(self, pod: Pod) -> None:
         uid = self.state.uid_of(pod)
         meta = pod.get("metadata") or {}
         ref = pod_ref(pod)

@@ -58,4 +58,4 @@ def test_the_neutral_core_imports_neither_side() -> None:
     core = _contracts()["importlinter:contract:core-below-both"]
     assert core["source_modules"].split() == ["vkgate_core"]
     assert set(core["forbidden_modules"].split()) == {"gateway", "translators", "templates"}
-    assert _children("vkgate_core") == {"clock", "retry", "settings", "timeparse"}
+    assert _children("vkgate_core") == {"clock", "kubetypes", "retry", "settings", "timeparse"}
