@@ -43,18 +43,19 @@ def test_one_process_serves_two_nodes(
     tag = uuid.uuid4().hex[:6]
     names = [f"vk-mn-a-{tag}", f"vk-mn-b-{tag}"]
     states = {n: tmp_path / f"{n}.json" for n in names}
-    gw = start_gateway(
+    down = tmp_path / "vk-b-down"  # while it exists, node b's backend fails every call
+    entries = [
         {
-            "nodes": [
-                {
-                    "name": n,
-                    "labels": {"vkgate.test/pool": n[-8:]},
-                    "backend": {"simulated": {"state_file": str(states[n])}},
-                }
-                for n in names
-            ]
+            "name": n,
+            "labels": {"vkgate.test/pool": n[-8:]},
+            "backend": {"simulated": {"state_file": str(states[n])}},
         }
-    )
+        for n in names
+    ]
+    # per-node settings: node b pings its backend fast and reports it down after one failure
+    entries[1].update(ping_interval=0.5, ping_failures=1)
+    entries[1]["backend"]["simulated"]["unreachable_file"] = str(down)
+    gw = start_gateway({"nodes": entries})
     assert gw.node_names == names
     ports = {n: int(gw.kubelet_settings(n)["port"]) for n in names}
     assert len(set(ports.values())) == 2
@@ -72,14 +73,22 @@ def test_one_process_serves_two_nodes(
     for n, pod in pods.items():
         kubectl("apply", "-f", "-", input=_pod(pod, n, ns))
 
+    def ready(node: str) -> str:
+        conditions = control_plane.get(f"/api/v1/nodes/{node}")["status"]["conditions"]
+        return str(next(c["status"] for c in conditions if c["type"] == "Ready"))
+
     def phase(pod: str) -> str:
         return str(kubectl("get", "pod", "-n", ns, pod, "-o", "jsonpath={.status.phase}").stdout)
 
     for n, pod in pods.items():
         wait_until(f"{pod} Running on {n}", lambda pod=pod: phase(pod) == "Running")
     # each pod runs on its own node's backend, not the other's
+    uids: dict[str, str] = {}
     for n, pod in pods.items():
-        uid = kubectl("get", "pod", "-n", ns, pod, "-o", "jsonpath={.metadata.uid}").stdout
+        uid = uids[n] = kubectl(
+            "get", "pod", "-n", ns, pod, "-o", "jsonpath={.metadata.uid}"
+        ).stdout
+        assert uid
         other = next(m for m in names if m != n)
         assert uid in wait_until(f"{n} state file", lambda n=n: states[n].read_text() or "")
         assert uid not in (states[other].read_text() if states[other].exists() else "")
@@ -106,10 +115,28 @@ def test_one_process_serves_two_nodes(
     }
     assert creates == set(names)
 
-    kubectl("delete", "pod", "-n", ns, *pods.values(), "--timeout=60s")
+    # node b's backend goes down: only node b turns NotReady and keeps its pod; node a and
+    # the process go on, and new pods on node a still start
+    down.touch()
+    wait_until("node b NotReady", lambda: ready(names[1]) == "False")
+    assert ready(names[0]) == "True"
+    probe = httpx.get(base + "/readyz", trust_env=False)
+    assert probe.status_code == 503
+    assert names[1] in probe.text and names[0] not in probe.text
+    kubectl("apply", "-f", "-", input=_pod("p-late", names[0], ns))
+    wait_until("p-late Running on node a", lambda: phase("p-late") == "Running")
+    assert phase(pods[names[1]]) == "Running"  # kept, not failed or deleted
+    assert gw.alive()
+    down.unlink()
+    wait_until("node b Ready again", lambda: ready(names[1]) == "True")
+    wait_until("ready", lambda: httpx.get(base + "/readyz", trust_env=False).status_code == 200)
+
+    kubectl("delete", "pod", "-n", ns, *pods.values(), "p-late", "--timeout=60s")
     for n in names:
         assert control_plane.get(f"/api/v1/namespaces/{ns}/pods/{pods[n]}") is None
-        wait_until(f"{n}'s backend forgets its pod", lambda n=n: '"p-' not in states[n].read_text())
+        wait_until(
+            f"{n}'s backend forgets its pod", lambda n=n: uids[n] not in states[n].read_text()
+        )
     assert gw.alive()
     gw.stop()
     assert gw.returncode == 0

@@ -136,3 +136,23 @@ def test_dropped_events_are_read_from_the_agents_page() -> None:
         "failed": 0,
         "dropped": 2,
     }
+
+
+def test_multinode_rss_report_and_argument_bounds() -> None:
+    from bench import multinode_rss
+
+    args = multinode_rss.parse_args(["--nodes", "1,2,4", "--settle", "10"])
+    assert args.counts == [1, 2, 4]
+    mib = 2**20
+    results = [
+        multinode_rss.Result(nodes=1, rss_bytes=60 * mib, hwm_bytes=61 * mib,
+                             idle_cpu_seconds=0.5, sockets=6),
+        multinode_rss.Result(nodes=4, rss_bytes=75 * mib, hwm_bytes=76 * mib,
+                             idle_cpu_seconds=1.0, sockets=12),
+    ]  # fmt: skip
+    text = multinode_rss.markdown(results, args=args, machine=["- machine: test"])
+    # 4 nodes: (75 - 60) / 3 = 5 MiB per extra node; 4 separate processes: 240 MiB
+    assert "| 4 | 75.0 | 5.0 | 240.0 | 0.31 | 76.0 | 10.0 % | 12 |" in text
+    for bad in (["--nodes", "2,4"], ["--nodes", "1,99"], ["--nodes", "a"], ["--samples", "0"]):
+        with pytest.raises(SystemExit):
+            multinode_rss.parse_args(bad)
