@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-secrets", action="store_true")
     p.add_argument("--templates-dir", help="extra template directory, searched first")
     p.add_argument("-c", "--config")
+    p.add_argument("--node", help="with [[nodes]]: render as this node (default: the first)")
     p.set_defaults(func=_cmd_render)
 
     pt = sub.add_parser("templates", help="template tools")

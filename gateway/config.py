@@ -503,6 +503,18 @@ def _load_nodes(data: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     return shared
 
 
+def node_settings(s: Settings, name: str | None = None) -> Settings:
+    """The settings of the node ``name`` (``[[nodes]]``), or of the first node."""
+    units = s.units()
+    if not name:
+        return units[0]
+    for unit in units:
+        if unit.node.name == name:
+            return unit
+    known = ", ".join(u.node.name for u in units)
+    raise ConfigError("node", f"no node {name!r} in this configuration (nodes: {known})")
+
+
 def masked(value: Any, key: str = "") -> Any:
     """A copy of a settings tree with secret-looking keys masked."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

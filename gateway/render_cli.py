@@ -85,6 +85,7 @@ def render_main(
     err = err or sys.stderr
     try:
         settings = _settings(getattr(args, "config", None))
+        settings = cfg.node_settings(settings, getattr(args, "node", None))  # [[nodes]]
     except SettingsError as exc:
         print(f"vkgate: config error: {exc}", file=err)
         return 2
@@ -215,9 +216,14 @@ def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None)
         return 2
     renderer = renderer_for(settings, extra_dirs=[directory] if directory else [], kinds=backends)
     samples = load_samples()
-    tables = {b: settings.backend.table(b) for b in backends}
+    units = settings.units()  # [[nodes]]: a backend's table as its first node has it
+    tables = {
+        b: next((u.backend.table(b) for u in units if u.backend.kind == b), None)
+        or settings.backend.table(b)
+        for b in backends
+    }
     results = check_templates(
-        renderer, backends=backends, samples=samples, settings=tables, node_name=settings.node.name
+        renderer, backends=backends, samples=samples, settings=tables, node_name=units[0].node.name
     )
     failed = [r for r in results if r.status == "failed"]
     unsupported = [r for r in results if r.status == "unsupported"]

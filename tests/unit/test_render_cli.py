@@ -482,3 +482,26 @@ def test_a_zun_team_template_extending_container_j2_passes_on_multi_container_sa
     code, out, _ = run(capsys, "templates", "check", str(tmp_path / "tpl"), "--backend", "zun")
     assert code == 0, out
     assert " 0 failed" in out and "multi-container" not in out
+
+
+def test_render_as_one_of_several_nodes(
+    tmp_path: Path, tdir: Path, pod_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "vkgate.toml"
+    config.write_text(
+        '[backend.nomad]\naddress = "http://127.0.0.1:4646"\n'
+        '[[nodes]]\nname = "vk-a"\nkubelet = { port = 1 }\n'
+        'backend = { kind = "nomad", nomad = { datacenters = ["dc-a"] } }\n'
+        '[[nodes]]\nname = "vk-b"\nkubelet = { port = 2 }\n'
+        'backend = { kind = "nomad", nomad = { datacenters = ["dc-b"] } }\n'
+    )
+    base = ("render", str(pod_file), "--templates-dir", str(tdir), "-c", str(config))
+    code, out, err = run(capsys, *base, "--node", "vk-b")
+    assert code == 0, err
+    assert json.loads(out)["Job"]["Datacenters"] == ["dc-b"]
+    code, out, err = run(capsys, *base)  # the first node by default
+    assert code == 0, err
+    assert json.loads(out)["Job"]["Datacenters"] == ["dc-a"]
+    code, _, err = run(capsys, *base, "--node", "vk-z")
+    assert code == 2
+    assert "node: no node 'vk-z' in this configuration (nodes: vk-a, vk-b)" in err
