@@ -217,11 +217,8 @@ def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None)
     renderer = renderer_for(settings, extra_dirs=[directory] if directory else [], kinds=backends)
     samples = load_samples()
     units = settings.units()  # [[nodes]]: a backend's table as its first node has it
-    tables = {
-        b: next((u.backend.table(b) for u in units if u.backend.kind == b), None)
-        or settings.backend.table(b)
-        for b in backends
-    }
+    first = {u.backend.kind: u for u in reversed(units)}
+    tables = {b: first.get(b, settings).backend.table(b) for b in backends}
     results = check_templates(
         renderer, backends=backends, samples=samples, settings=tables, node_name=units[0].node.name
     )
