@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import signal
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import Settings
 from gateway.errors import StartupError
@@ -36,9 +36,16 @@ from gateway.kubelet.ownmetrics import MetricsServer
 from gateway.logging_setup import setup_logging
 from gateway.metrics import Metrics, NodeMetrics
 from gateway.node.leader import LEASES, LeaderElector
-from gateway.nodeunit import NodeUnit, load_translator
+from gateway.nodeunit import Component, NodeUnit, load_translator
 from translators.base import Translator
 from vkgate_core.clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from gateway.kube.events import EventRecorder
+    from gateway.kubelet.service import KubeletServer
+    from gateway.node.controller import NodeController
+    from gateway.pods.controller import PodController
+    from gateway.templates_source import TemplatesSource
 
 __all__ = ["App", "load_translator", "run_forever"]
 
@@ -95,7 +102,7 @@ class App:
             self._count_api(self.metrics)
         #: Live templates from ConfigMaps (templates.configmap_namespace), when configured;
         #: candidates are validated against the first node's backend.
-        self.templates: Any = None
+        self.templates: TemplatesSource | None = None
         if settings.templates.configmap_namespace:
             self.templates = TemplatesSource(
                 self.kube,
@@ -123,7 +130,7 @@ class App:
         return self.units[0].translator
 
     @property
-    def events(self) -> Any:
+    def events(self) -> EventRecorder:
         return self.units[0].events
 
     @property
@@ -131,23 +138,23 @@ class App:
         return self.units[0].leader
 
     @property
-    def node(self) -> Any:
+    def node(self) -> NodeController:
         return self.units[0].node
 
     @property
-    def pods(self) -> Any:
+    def pods(self) -> PodController:
         return self.units[0].pods
 
     @pods.setter
-    def pods(self, value: Any) -> None:
+    def pods(self, value: PodController) -> None:
         self.units[0].pods = value
 
     @property
-    def kubelet(self) -> Any:
+    def kubelet(self) -> KubeletServer | None:
         return self.units[0].kubelet
 
     @kubelet.setter
-    def kubelet(self, value: Any) -> None:
+    def kubelet(self, value: KubeletServer | None) -> None:
         self.units[0].kubelet = value
 
     @property
@@ -155,19 +162,19 @@ class App:
         """The plain-HTTP metrics/probe port once started (None: not served)."""
         if self._metrics_server is not None:
             return self._metrics_server.port
-        return getattr(self.kubelet, "metrics_port", None)
+        return self.kubelet.metrics_port if self.kubelet is not None else None
 
     async def _start_metrics(self) -> None:
         if self._metrics_server is not None:
             await self._metrics_server.start()
-        elif (start := getattr(self.kubelet, "start_metrics", None)) is not None:
-            await start()
+        elif self.kubelet is not None:
+            await self.kubelet.start_metrics()
 
     async def _stop_metrics(self) -> None:
         if self._metrics_server is not None:
             await self._metrics_server.stop()
-        elif (stop := getattr(self.kubelet, "stop_metrics", None)) is not None:
-            await stop()
+        elif self.kubelet is not None:
+            await self.kubelet.stop_metrics()
 
     def _count_api(self, metrics: NodeMetrics) -> None:
         """Process-wide: the shared client's writes, and how many API clients (connection
@@ -207,7 +214,7 @@ class App:
         reasons = [r for u in self.units if (r := u.readiness()) is not None]
         return "; ".join(reasons) or None
 
-    def components(self) -> list[Any]:
+    def components(self) -> list[Component]:
         """Process-wide optional components, in start order (each has async start()/stop())."""
         return [c for c in (self.templates,) if c is not None]
 

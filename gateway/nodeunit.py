@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gateway.config import Settings
 from gateway.errors import StartupError
@@ -39,7 +39,18 @@ from translators.rendering import Renderer
 from vkgate_core.clock import Clock
 from vkgate_core.settings import SettingsError
 
+if TYPE_CHECKING:
+    from gateway.kubelet.service import KubeletServer
+
 log = logging.getLogger("gateway.nodeunit")
+
+
+class Component(Protocol):
+    """A part of a node or of the App that runs between ``start()`` and ``stop()``."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def load_translator(settings: Settings, *, renderer: Any = None) -> Translator:
@@ -91,7 +102,8 @@ class NodeUnit:
         #: Own metrics (prometheus_client; gateway.metrics); controllers get the backend
         #: through ``backend``, which counts and times every call.
         self.metrics = Metrics(backend=settings.backend.kind, process=process_metrics)
-        backend: Any = InstrumentedTranslator(self.translator, self.metrics)
+        # the proxy has every attribute of the translator it wraps (gateway.metrics)
+        backend = cast(Translator, InstrumentedTranslator(self.translator, self.metrics))
         self.events = EventRecorder(
             kube,
             component="vkgate",
@@ -105,7 +117,7 @@ class NodeUnit:
         self.leader = LeaderElector(kube, self.name, settings.ha, clock=clock, on_lost=on_lost)
         self.node = NodeController(kube, backend, settings, clock=clock, events=self.events)
         #: gateway.pods PodController: pod lifecycle; the kubelet server reads its pod cache.
-        self.pods: Any = PodController(
+        self.pods: PodController = PodController(
             kube,
             backend,
             self.events,
@@ -121,7 +133,7 @@ class NodeUnit:
         # to translate; the gateway side subscribes, so translators never import gateway.
         renderer.subscribe(self.pods.templates_changed)
         #: gateway.kubelet server; its plain-HTTP metrics endpoint is the App's.
-        self.kubelet: Any = None
+        self.kubelet: KubeletServer | None = None
         if settings.kubelet.enabled:
             from gateway.kubelet.service import KubeletServer, add_component_collectors
 
@@ -141,7 +153,7 @@ class NodeUnit:
                 self.metrics,
                 kube=kube if count_api else None,
                 pods=self.pods,
-                leases=(self.node.lease, self.leader),
+                leases=(("heartbeat", self.node.lease), ("leader", self.leader)),
                 events=self.events,
             )
         self._started: list[Any] = []
@@ -159,7 +171,7 @@ class NodeUnit:
             return f"node {self.name}: {self.settings.backend.kind} backend unreachable: {error}"
         return None
 
-    def components(self) -> list[Any]:
+    def components(self) -> list[Component]:
         """Optional components, in start order (each has async start()/stop())."""
         return [c for c in (self.pods, self.kubelet) if c is not None]
 

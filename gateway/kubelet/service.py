@@ -10,8 +10,8 @@ Requests and auth outcomes are counted in the gateway's own metrics, served plai
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence, Sized
+from typing import Any, Protocol
 
 from gateway.config import KubeletSettings
 from gateway.errors import StartupError
@@ -210,13 +210,42 @@ class KubeletServer:
         )
 
 
+class _Counted(Protocol):
+    """A component with counters: ``stats`` (the API client's writes, the pod syncs)."""
+
+    @property
+    def stats(self) -> Mapping[Any, int]: ...
+
+
+class _Watching(Protocol):
+    @property
+    def counts(self) -> Mapping[str, int]: ...
+
+
+class PodCounters(_Counted, Protocol):
+    """What the pod controller shows the collectors: sync counters, its queue, its watch."""
+
+    @property
+    def queue(self) -> Sized: ...
+
+    @property
+    def reflector(self) -> _Watching: ...
+
+
+class RenewingLease(Protocol):
+    """The node Lease and the leader Lease: failed renewals; ``leader`` tells them apart."""
+
+    @property
+    def renew_failures(self) -> int: ...
+
+
 def add_component_collectors(
     metrics: Exposition,
     *,
-    kube: object = None,
-    pods: object = None,
-    leases: Sequence[object] = (),
-    events: object = None,
+    kube: _Counted | None = None,
+    pods: PodCounters | None = None,
+    leases: Sequence[tuple[str, RenewingLease]] = (),
+    events: _Watching | None = None,
 ) -> None:
     """Expose other components' plain counters at scrape time (they never import this package).
 
@@ -225,29 +254,21 @@ def add_component_collectors(
     (re)starts by reason; each of ``leases`` has ``renew_failures`` (heartbeat and leader);
     ``events.counts``: Events by outcome (posted, aggregated, failed, dropped)."""
 
-    def _mapping(obj: object, attr: str = "stats") -> Mapping[Any, Any]:
-        value = getattr(obj, attr, None)
-        if callable(value):
-            value = value()
-        return value if isinstance(value, Mapping) else {}
-
     def api_writes() -> dict[tuple[str, ...], float]:
         out: dict[tuple[str, ...], float] = {}
-        for key, n in _mapping(kube).items():
+        for key, n in (kube.stats if kube is not None else {}).items():
             verb, resource = key if isinstance(key, tuple) and len(key) == 2 else ("", str(key))
             out[(str(verb), str(resource))] = float(n)
         return out
 
     def pod_syncs() -> dict[tuple[str, ...], float]:
-        return {(str(k),): float(n) for k, n in _mapping(pods).items()}
+        return {(str(k),): float(n) for k, n in (pods.stats if pods is not None else {}).items()}
 
     def queue_depth() -> dict[tuple[str, ...], float]:
-        queue = getattr(pods, "queue", None)
-        return {(): float(len(queue))} if queue is not None else {}
+        return {(): float(len(pods.queue))} if pods is not None else {}
 
     def watch_restarts() -> dict[tuple[str, ...], float]:
-        reflector = getattr(pods, "reflector", None)
-        counts = _mapping(reflector, "counts")
+        counts = pods.reflector.counts if pods is not None else {}
         return {
             ("pods", reason): float(counts.get(key, 0))
             for key, reason in (("gone", "expired"), ("errors", "error"), ("inactivity", "idle"))
@@ -255,9 +276,8 @@ def add_component_collectors(
 
     def lease_failures() -> dict[tuple[str, ...], float]:
         out: dict[tuple[str, ...], float] = {}
-        for lease in leases:
-            kind = "leader" if type(lease).__name__ == "LeaderElector" else "heartbeat"
-            out[(kind,)] = float(getattr(lease, "renew_failures", 0))
+        for kind, lease in leases:
+            out[(kind,)] = float(lease.renew_failures)
         return out
 
     if kube is not None:
@@ -289,7 +309,7 @@ def add_component_collectors(
         )
 
     def event_outcomes() -> dict[tuple[str, ...], float]:
-        counts = _mapping(events, "counts")
+        counts = events.counts if events is not None else {}
         return {
             (o,): float(counts.get(o, 0)) for o in ("posted", "aggregated", "failed", "dropped")
         }

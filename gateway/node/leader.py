@@ -175,7 +175,7 @@ class LeaderElector:
 
     def _node_identity(self) -> str:
         """``system:node:<name>`` when the client authenticates with such a certificate."""
-        cert_file = getattr(getattr(self.client, "config", None), "cert_file", None)
+        cert_file = self.client.config.cert_file
         if not cert_file:
             return ""
         from cryptography import x509

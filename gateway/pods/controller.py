@@ -39,7 +39,13 @@ from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.sync import PodState, PodSync, Retry, pod_key
 from gateway.pods.translation import TranslationRetries
-from translators.base import Notifier, Translator, TranslatorError, WorkloadState
+from translators.base import (
+    BackendThrottled,
+    Notifier,
+    Translator,
+    TranslatorError,
+    WorkloadState,
+)
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339
@@ -95,9 +101,7 @@ class PodController:
             params={"fieldSelector": f"spec.nodeName={self.node_name}"},
             clock=self.clock,
         )
-        self.refs = RefCache(
-            kube, clock=self.clock, refresh_interval=getattr(ps, "config_refresh_interval", 30.0)
-        )
+        self.refs = RefCache(kube, clock=self.clock, refresh_interval=ps.config_refresh_interval)
         self.state = PodState()
         #: Pods whose last sync failed to translate (policy in ``gateway.pods.translation``).
         self.translation = TranslationRetries(clock=self.clock, rng=self._rng)
@@ -313,7 +317,8 @@ class PodController:
                 delay = self.queue.retry(key, retry_after=exc.retry_after)
                 log.warning("sync %s: API error %s; retry in %.1fs", key, exc, delay)
             except TranslatorError as exc:
-                delay = self.queue.retry(key, retry_after=getattr(exc, "retry_after", None))
+                after = exc.retry_after if isinstance(exc, BackendThrottled) else None
+                delay = self.queue.retry(key, retry_after=after)
                 log.warning("sync %s: backend error %s; retry in %.1fs", key, exc, delay)
             except asyncio.CancelledError:
                 raise

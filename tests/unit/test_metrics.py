@@ -106,7 +106,9 @@ class _Kube:
 
 def test_component_counters_are_read_at_scrape_time() -> None:
     m = Metrics(process=False)
-    add_component_collectors(m, kube=_Kube(), pods=_Pods(), leases=(_Lease(), LeaderElector()))
+    add_component_collectors(
+        m, kube=_Kube(), pods=_Pods(), leases=(("heartbeat", _Lease()), ("leader", LeaderElector()))
+    )
     assert value(m, "vkgate_pod_queue_depth") == 7
     assert value(m, "vkgate_watch_restarts_total", reason="expired") == 2
     assert value(m, "vkgate_watch_restarts_total", reason="error") == 1
@@ -136,7 +138,7 @@ def test_the_grafana_dashboard_only_queries_metrics_vkgate_exports() -> None:
     dashboard = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "vkgate-dashboard.json"
     exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
     m = Metrics(process=True)
-    add(m, kube=_Kube(), pods=_Pods(), leases=(_Lease(),))
+    add(m, kube=_Kube(), pods=_Pods(), leases=(("heartbeat", _Lease()),))
     exported = set(re.findall(r"^(\w+?)(?:\{| )", m.render().decode(), re.M))
     used = {name for e in exprs for name in re.findall(r"\b((?:vkgate|process)_\w+)", e)}
     assert len(used) >= 10

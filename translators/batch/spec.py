@@ -50,6 +50,11 @@ Mapping decisions (see also docs/design/batch.md, "Pod to task mapping"):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from translators.rendering import Renderer
+
 import base64
 import hashlib
 import math
@@ -160,7 +165,7 @@ def _registry_host(server: str) -> str:
 class TaskBuilder:
     """Build the task JSON (init tasks first, main task last) for one resolved pod."""
 
-    def __init__(self, settings: BatchSettings, renderer: Any) -> None:
+    def __init__(self, settings: BatchSettings, renderer: Renderer) -> None:
         self.settings = settings
         self.renderer = renderer
 
@@ -169,10 +174,7 @@ class TaskBuilder:
     def template_for(self, pod: ResolvedPod) -> str:
         """The task template ``pod`` renders with: annotation / team / default (the
         renderer's lookup order), default ``task_template``."""
-        select = getattr(self.renderer, "select", None)
-        if select is None:
-            return pod.template or self.settings.task_template
-        choice = select(pod, backend="batch", default=self.settings.task_template)
+        choice = self.renderer.select(pod, backend="batch", default=self.settings.task_template)
         return str(choice.name)
 
     def build(

@@ -20,6 +20,11 @@ Not implemented on purpose: ``Executor`` (Batch offers no exec into a task; the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from translators.rendering import Renderer
+
 import asyncio
 import contextlib
 import datetime as _dt
@@ -98,6 +103,7 @@ class BatchTranslator:
         self.settings: BatchSettings = parse_settings(
             table, node_name=self.node_name, environ=os.environ if environ is None else environ
         )
+        self.renderer: Renderer
         if ctx is not None and ctx.renderer is not None:
             self.renderer = ctx.renderer
         else:

@@ -63,6 +63,11 @@ never put into ``Meta`` (checked after rendering) and ``vkgate render`` masks th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from translators.rendering import Renderer
+
 import hashlib
 import math
 import re
@@ -553,13 +558,10 @@ def _secret_values(pod: ResolvedPod) -> set[str]:
     return {s for s in values if len(s) >= 4}
 
 
-def template_for(pod: ResolvedPod, *, renderer: Any, cfg: NomadConfig) -> str:
+def template_for(pod: ResolvedPod, *, renderer: Renderer, cfg: NomadConfig) -> str:
     """The renderer's lookup (annotation ``vkgate.io/template``, team template, default) with
     ``template`` from the settings as the backend default."""
-    select = getattr(renderer, "select", None)
-    if select is not None:
-        return str(select(pod, backend="nomad", default=cfg.template).name)
-    return pod.template or cfg.template
+    return str(renderer.select(pod, backend="nomad", default=cfg.template).name)
 
 
 def finish_job(out: Any, pod: ResolvedPod, *, info: Mapping[str, Any], template: str) -> JSON:

@@ -26,6 +26,11 @@ still listed until purged, so the gateway sees the containers terminate.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from translators.rendering import Renderer
+
 import asyncio
 import contextlib
 import logging
@@ -150,7 +155,7 @@ class NomadTranslator:
             from translators.rendering import Renderer
 
             renderer = Renderer()
-        self.renderer = renderer
+        self.renderer: Renderer = renderer
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self.client = NomadClient(self.config, transport=transport, sleep=self._sleep)
         self.metrics = NomadMetrics(
@@ -314,8 +319,7 @@ class NomadTranslator:
         factor = await self.mhz_per_core()
         name = template_for(pod, renderer=self.renderer, cfg=self.config)
         ctx = context(pod, cfg=self.config, settings=self.settings, factor=factor)
-        arender = getattr(self.renderer, "arender", None)
-        out = await arender(name, ctx) if arender is not None else self.renderer.render(name, ctx)
+        out = await self.renderer.arender(name, ctx)
         return finish_job(out, pod, info=ctx["backend_info"], template=name)
 
     def render_spec(self, pod: ResolvedPod) -> JSON:

@@ -22,6 +22,11 @@ the object's deterministic name instead, which Zun accepts as well.  Capsules ca
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from translators.rendering import Renderer
+
 import hashlib
 import logging
 import math
@@ -143,7 +148,7 @@ class SpecBuilder:
     def __init__(
         self,
         *,
-        renderer: Any,
+        renderer: Renderer,
         settings: Mapping[str, Any],
         name_prefix: str = "vkgate",
         security_groups: Sequence[str] = (),
@@ -468,13 +473,11 @@ class SpecBuilder:
         default = f"zun/{kind}.j2"
         name = pod.template
         if not name:
-            select = getattr(self.renderer, "select", None)
-            name = str(select(pod, backend="zun", default=default).name) if select else default
+            name = str(self.renderer.select(pod, backend="zun", default=default).name)
         head, _, base = name.rpartition("/")
         if base in ("container.j2", "capsule.j2") and base != f"{kind}.j2":
             twin = f"{head}/{kind}.j2" if head else f"{kind}.j2"
-            exists = getattr(self.renderer, "exists", None)
-            return twin if exists is None or exists(twin) else default
+            return twin if self.renderer.exists(twin) else default
         return name
 
     def _prepare(
@@ -504,11 +507,7 @@ class SpecBuilder:
         """The request body for ``pod``; rendering runs off the event loop when it can.
         ``registry``: the uuid of the Zun registry object the container pulls with."""
         info, template, context = self._prepare(pod, features, registry)
-        arender = getattr(self.renderer, "arender", None)
-        if arender is not None:
-            body = await arender(template, context)
-        else:
-            body = self.renderer.render(template, context)
+        body = await self.renderer.arender(template, context)
         validate_body(info["kind"], body, template)
         return ZunSpec(kind=info["kind"], name=info["name"], body=body, template=template)
 

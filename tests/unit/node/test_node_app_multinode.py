@@ -42,6 +42,15 @@ class Component:
     async def stop(self) -> None:
         self.log.append(f"{self.name}.stop")
 
+    # the kubelet server's metrics endpoint (KubeletServer.start_metrics/stop_metrics)
+    metrics_port: int | None = None
+
+    async def start_metrics(self) -> None:
+        pass
+
+    async def stop_metrics(self) -> None:
+        pass
+
 
 @pytest.fixture
 def two_nodes(
