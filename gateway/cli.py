@@ -141,7 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_config_check)
 
     p = sub.add_parser("render", help="print a pod's backend spec (offline)")
-    p.add_argument("pod", help="pod YAML file")
+    p.add_argument(
+        "pod",
+        help="YAML file: a Pod, plus the ConfigMaps, Secrets, Services and Namespace it uses",
+    )
     p.add_argument("--backend", default=None, help="an installed backend; default backend.kind")
     p.add_argument("--team")
     p.add_argument("--template")

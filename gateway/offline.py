@@ -54,8 +54,6 @@ from vkgate_core.settings import SettingsError
 log = logging.getLogger("gateway.offline")
 T = TypeVar("T")
 
-SAMPLES_DIR = Path(__file__).resolve().parent.parent / "templates" / "samples"
-
 
 class OfflineError(ValueError):
     """The input file cannot be turned into a pod (not YAML, no Pod document, …)."""
@@ -75,12 +73,16 @@ class Inputs:
     pod: Pod
     configmaps: dict[str, dict[str, Any]] = field(default_factory=dict)
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Services the live agent would read for the pod's service-link variables: every Service
+    #: of the pod's namespace, and ``default/kubernetes`` (``RefCache.services``).
+    services: list[dict[str, Any]] = field(default_factory=list)
     namespace: dict[str, Any] | None = None
     source: str = ""
 
 
 def parse_inputs(text: str, *, source: str = "") -> Inputs:
-    """The first Pod document of ``text`` plus the ConfigMaps/Secrets/Namespace beside it."""
+    """The first Pod document of ``text`` plus the ConfigMaps/Secrets/Services/Namespace beside
+    it (a Service without a namespace is in the pod's)."""
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -97,6 +99,9 @@ def parse_inputs(text: str, *, source: str = "") -> Inputs:
             continue
         meta = d.get("metadata") or {}
         name = str(meta.get("name", ""))
+        if d.get("kind") == "Service" and _service_link_source(d, ns):
+            inputs.services.append(_in_namespace(d, ns))
+            continue
         if meta.get("namespace", ns) != ns and d.get("kind") != "Namespace":
             continue
         if d.get("kind") == "ConfigMap":
@@ -106,6 +111,20 @@ def parse_inputs(text: str, *, source: str = "") -> Inputs:
         elif d.get("kind") == "Namespace" and name == ns:
             inputs.namespace = d
     return inputs
+
+
+def _service_link_source(svc: Mapping[str, Any], ns: str) -> bool:
+    """Whether the live agent reads this Service for a pod in ``ns``: every Service of ``ns``,
+    and from ``default`` only ``kubernetes`` (``gateway.pods.resolve.RefCache.services``)."""
+    meta = svc.get("metadata") or {}
+    where = str(meta.get("namespace") or ns)
+    return where == ns or (where == "default" and meta.get("name") == "kubernetes")
+
+
+def _in_namespace(obj: Mapping[str, Any], ns: str) -> dict[str, Any]:
+    meta = dict(obj.get("metadata") or {})
+    meta.setdefault("namespace", ns)
+    return {**obj, "metadata": meta}
 
 
 def _with_defaults(pod: Mapping[str, Any]) -> Pod:
@@ -191,8 +210,8 @@ class FileLookups:
     A ConfigMap or Secret the pod's env or volumes reference but the file lacks is a
     placeholder whose referenced keys read ``<configmap NAME KEY>`` / ``<secret NAME KEY>`` (a
     note says so); a pull secret the file lacks is not found, as it would be in the cluster.
-    There are no Services offline, and a projected ServiceAccount token reads
-    ``<serviceaccount token>``."""
+    The Services are the file's (``Inputs.services``: those the live agent would list for the
+    service-link variables); a projected ServiceAccount token reads ``<serviceaccount token>``."""
 
     def __init__(self, inputs: Inputs, *, team: str = "") -> None:
         self.inputs = inputs
@@ -214,7 +233,7 @@ class FileLookups:
         return _placeholder(singular, name, keys)
 
     async def services(self, namespace: str) -> list[dict[str, Any]]:
-        return []
+        return list(self.inputs.services)
 
     async def team(self, namespace: str) -> str:
         if self._team:
