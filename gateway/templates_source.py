@@ -194,9 +194,6 @@ class TemplatesSource:
                 sync_timeout,
             )
 
-    async def wait_synced(self) -> None:
-        await self.reflector.synced.wait()
-
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

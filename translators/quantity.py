@@ -67,11 +67,6 @@ def cpu_millis(value: str | int | float) -> int:
     return math.ceil(parse_quantity(value) * 1000)
 
 
-def to_int_ceil(value: str | int | float, divisor: str | int | float = 1) -> int:
-    """ceil(quantity ÷ divisor), as resourceFieldRef does (``250m`` → 1)."""
-    return math.ceil(parse_quantity(value) / parse_quantity(divisor))
-
-
 def format_cpu(millis: int) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 

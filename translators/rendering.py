@@ -69,7 +69,6 @@ __all__ = [
     "pod_context",
 ]
 
-PACKAGED_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 #: Pod annotation naming the template a pod asks for.
 ANNOTATION = "vkgate.io/template"
 #: Namespace label naming the team that owns a namespace.

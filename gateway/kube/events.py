@@ -112,11 +112,6 @@ class EventRecorder:
             return
         await self._send(item)
 
-    @property
-    def dropped(self) -> int:
-        """Events dropped because the queue was full."""
-        return self.counts["dropped"]
-
     async def start(self) -> None:
         if not self._senders or all(t.done() for t in self._senders):
             self._senders = [

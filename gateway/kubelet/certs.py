@@ -139,10 +139,6 @@ class CertStore:
         ctx.set_alpn_protocols(["http/1.1"])
         return ctx
 
-    @property
-    def client_ca_configured(self) -> bool:
-        return bool(self._client_ca)
-
     def context(self) -> ssl.SSLContext:
         """The context for the next connection (reloaded if the files changed)."""
         now = self._clock.monotonic()

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 READY = "Ready"
-OWNED_TYPES = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
 REASON_READY = "KubeletReady"
 REASON_NOT_READY = "KubeletNotReady"

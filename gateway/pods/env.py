@@ -602,17 +602,6 @@ def referenced_objects(pod: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     return cms, secrets
 
 
-def uses_pod_ip(pod: Mapping[str, Any]) -> bool:
-    """True when some env var reads ``status.podIP``/``status.podIPs``."""
-    spec = pod.get("spec") or {}
-    for c in (*(spec.get("initContainers") or []), *(spec.get("containers") or [])):
-        for var in c.get("env") or []:
-            path = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-            if path in ("status.podIP", "status.podIPs"):
-                return True
-    return False
-
-
 def container_role(c: Mapping[str, Any], group: str) -> str:
     """``main``, ``init`` or ``sidecar`` (an init container with restartPolicy Always)."""
     if group != "initContainers":

@@ -151,10 +151,6 @@ def normalize(value: Any) -> Any:
     return value
 
 
-def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
-    return bool(normalize(a or {}) == normalize(b or {}))
-
-
 # --------------------------------------------------------------------------- container statuses
 
 

@@ -39,8 +39,6 @@ from gateway.pods.env import (
 from translators.base import ResolvedVolume, VolumeFile
 
 DEFAULT_MODE = 0o644
-#: Kinds this module resolves to files (a translator must still declare them).
-RESOLVED_KINDS = frozenset({"configMap", "secret", "emptyDir", "projected", "downwardAPI"})
 _UNSUPPORTED_PROJECTIONS = ("clusterTrustBundle", "podCertificate")
 
 #: (audience, expirationSeconds, serviceAccountName) -> token or ReadError

@@ -121,7 +121,7 @@ async def test_live_reload_accept_reject_delete(renderer: Renderer) -> None:
     )
     await source.start()
     try:
-        await asyncio.wait_for(source.wait_synced(), 5)
+        await asyncio.wait_for(source.reflector.synced.wait(), 5)
         await settle(source, kube)
         assert kube.listed[0] == (
             "/api/v1/namespaces/vkgate-system/configmaps",
@@ -197,7 +197,7 @@ async def test_a_new_configmap_that_is_broken_is_not_loaded(renderer: Renderer) 
     )
     await source.start()
     try:
-        await asyncio.wait_for(source.wait_synced(), 5)
+        await asyncio.wait_for(source.reflector.synced.wait(), 5)
         await settle(source, kube)
         assert renderer.overlay == {} and renderer.version == 0
         assert (
@@ -294,7 +294,7 @@ async def test_a_team_template_that_shadows_nothing_is_a_warning(
     )
     await source.start()
     try:
-        await asyncio.wait_for(source.wait_synced(), 5)
+        await asyncio.wait_for(source.reflector.synced.wait(), 5)
         await settle(source, kube)
     finally:
         await source.stop()

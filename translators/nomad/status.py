@@ -591,7 +591,3 @@ START_FAILURES = frozenset(
 def start_failures(states: Iterable[ContainerState]) -> list[tuple[str, str]]:
     """(container, Nomad's words) for every container Nomad could not start."""
     return [(c.name, c.message) for c in states if c.reason in START_FAILURES and c.message]
-
-
-def states_of(views: Iterable[JobView], *, node_ips: Mapping[str, str]) -> list[WorkloadState]:
-    return [workload_state(v, node_ips=node_ips) for v in views]

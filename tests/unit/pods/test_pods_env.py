@@ -21,7 +21,6 @@ from gateway.pods.env import (
     resolve_container_env,
     resource_value,
     service_env,
-    uses_pod_ip,
 )
 
 VARS = {"VAR_A": "A", "VAR_B": "B", "VAR_C": "C", "VAR_REF": "$(VAR_A)", "VAR_EMPTY": ""}
@@ -505,5 +504,3 @@ def test_referenced_objects_and_pod_ip_use() -> None:
         initContainers=[{"name": "i", "envFrom": [{"configMapRef": {"name": "c3"}}]}],
     )
     assert referenced_objects(p) == ({"c1", "c2", "c3"}, {"s1", "s2"})
-    assert uses_pod_ip(p)
-    assert not uses_pod_ip(pod([{"name": "app"}]))

@@ -10,12 +10,14 @@ import pytest
 from gateway.pods.env import EnvSources, ReadError
 from gateway.pods.features import check_pod, unsupported_volume
 from gateway.pods.volumes import (
-    RESOLVED_KINDS,
     referenced_objects,
     resolve_volumes,
     token_requests,
 )
 from translators.base import Features
+
+#: The kinds gateway.pods.volumes resolves to files (a translator must still declare them).
+RESOLVED_KINDS = frozenset({"configMap", "secret", "emptyDir", "projected", "downwardAPI"})
 
 
 def b64(s: bytes) -> str:
