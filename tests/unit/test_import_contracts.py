@@ -59,3 +59,9 @@ def test_the_neutral_core_imports_neither_side() -> None:
     assert core["source_modules"].split() == ["vkgate_core"]
     assert set(core["forbidden_modules"].split()) == {"gateway", "translators", "templates"}
     assert _children("vkgate_core") == {"clock", "kubetypes", "retry", "settings", "timeparse"}
+
+
+def test_every_core_module_is_in_the_independence_contract() -> None:
+    core = _contracts()["importlinter:contract:core-modules-independent"]
+    modules = {m.strip() for m in core["modules"].split("\n") if m.strip()}
+    assert modules == {f"vkgate_core.{c}" for c in _children("vkgate_core")}
