@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procstat, report
-from gateway.devstack import build
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
 
@@ -190,8 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_before=load_before,
         load_after=report.loadavg(),
         extra=[
-            f"binaries: kube-apiserver {report.binary_version(build.binary_path('kube-apiserver'))}, "
-            f"etcd {report.binary_version(build.binary_path('etcd'))} (both on 127.0.0.1); "
+            f"binaries: {report.binary_versions('kube-apiserver', 'etcd')} (both on 127.0.0.1); "
             f"the whole run took {time.monotonic() - started:.0f} s",
         ],
     )

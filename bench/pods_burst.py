@@ -52,7 +52,6 @@ from typing import Any
 from bench import procstat, report
 from bench.agents import Agent, IdealKubeletAgent, VkgateAgent, Writes
 from bench.go_agents import GO_BURST, GO_QPS, GoFloorAgent, GoVkBinaryAgent, GoVkLibAgent
-from gateway.devstack import build
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone, NotFound
@@ -750,8 +749,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_before=load_before,
         load_after=report.loadavg(),
         extra=[
-            f"binaries: kube-apiserver {report.binary_version(build.binary_path('kube-apiserver'))}, "
-            f"etcd {report.binary_version(build.binary_path('etcd'))} (both on 127.0.0.1, "
+            f"binaries: {report.binary_versions('kube-apiserver', 'etcd')} (both on 127.0.0.1, "
             "etcd with --unsafe-no-fsync); harness, agents and servers share the same CPUs",
             f"burst: {args.pods} pods, {args.concurrency} creates/deletes in flight, "
             f"{args.rounds} round(s) after a {min(20, args.pods)}-pod warm-up; "

@@ -93,6 +93,13 @@ def binary_version(path: Path) -> str:
     return match.group(0) if match else line
 
 
+def binary_versions(*names: str) -> str:
+    """``name version`` of each devstack binary (``gateway.devstack.build``), comma-separated."""
+    from gateway.devstack import build
+
+    return ", ".join(f"{name} {binary_version(build.binary_path(name))}" for name in names)
+
+
 def machine_lines(*, load_before: str, load_after: str, extra: Sequence[str] = ()) -> list[str]:
     """Bullet lines describing where and when the numbers were taken."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

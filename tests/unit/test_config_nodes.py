@@ -190,3 +190,22 @@ def test_the_readme_example_loads(tmp_path: Path) -> None:
     assert (dc1.node.name, gpu.node.name) == ("vk-nomad-dc1", "vk-nomad-gpu")
     assert gpu.backend.table()["address"] == "http://127.0.0.1:4646"
     assert gpu.backend.table()["node_pool"] == "gpu"
+
+
+def test_vkgate_config_check_cli_prints_every_node_or_names_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway import cli
+
+    path = tmp_path / "vkgate.toml"
+    path.write_text(TWO_NODES)
+    assert cli.main(["config", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "# ---- nodes[0]: vk-dc1 (nomad) ----" in out
+    assert "# ---- nodes[1]: vk-sim (simulated) ----" in out
+    path.write_text(TWO_NODES.replace("port = 10252", "port = 10251"))
+    assert cli.main(["config", "check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "vkgate: config error: nodes[1].kubelet.port: 10251 is already the kubelet port of nodes[0]"
+    )
