@@ -265,3 +265,26 @@ class FakeTranslator:
 
     async def list(self) -> Any:
         return []
+
+
+class Component:
+    """A pod controller / kubelet server stand-in that logs its start and stop."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+
+    async def start(self) -> None:
+        self.log.append(f"{self.name}.start")
+
+    async def stop(self) -> None:
+        self.log.append(f"{self.name}.stop")
+
+    # the kubelet server's metrics endpoint (KubeletServer.start_metrics/stop_metrics)
+    metrics_port: int | None = None
+
+    async def start_metrics(self) -> None:
+        pass
+
+    async def stop_metrics(self) -> None:
+        pass

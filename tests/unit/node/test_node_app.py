@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from node_fakes import FakeApi, FakeTranslator, settle
+from node_fakes import Component, FakeApi, FakeTranslator, settle
 
 from gateway.app import App, load_translator
 from gateway.config import Settings
@@ -72,27 +72,6 @@ class Recording(FakeTranslator):
 
     async def close(self) -> None:
         self.log.append("translator.close")
-
-
-class Component:
-    def __init__(self, name: str, log: list[str]) -> None:
-        self.name = name
-        self.log = log
-
-    async def start(self) -> None:
-        self.log.append(f"{self.name}.start")
-
-    async def stop(self) -> None:
-        self.log.append(f"{self.name}.stop")
-
-    # the kubelet server's metrics endpoint (KubeletServer.start_metrics/stop_metrics)
-    metrics_port: int | None = None
-
-    async def start_metrics(self) -> None:
-        pass
-
-    async def stop_metrics(self) -> None:
-        pass
 
 
 def make_app(api: FakeApi, log: list[str], clock: FakeClock) -> App:

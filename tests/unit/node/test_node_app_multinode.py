@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from node_fakes import FakeApi, FakeTranslator, advance, settle
+from node_fakes import Component, FakeApi, FakeTranslator, advance, settle
 
 from gateway import config as cfg
 from gateway.app import App
@@ -30,26 +30,6 @@ name = "vk-b"
 labels = { pool = "b" }
 kubelet = { port = 20002 }
 """
-
-
-class Component:
-    def __init__(self, name: str, log: list[str]) -> None:
-        self.name, self.log = name, log
-
-    async def start(self) -> None:
-        self.log.append(f"{self.name}.start")
-
-    async def stop(self) -> None:
-        self.log.append(f"{self.name}.stop")
-
-    # the kubelet server's metrics endpoint (KubeletServer.start_metrics/stop_metrics)
-    metrics_port: int | None = None
-
-    async def start_metrics(self) -> None:
-        pass
-
-    async def stop_metrics(self) -> None:
-        pass
 
 
 @pytest.fixture
