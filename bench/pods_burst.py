@@ -56,7 +56,7 @@ from gateway.devstack.controlplane import ControlPlane, launch_control_plane
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone, NotFound
 
-MAX_PODS = 1000
+MAX_PODS = 10_000
 #: ``--agents`` choices (bench/README.md has what each is; the Go ones: ``bench.go_agents``).
 AGENT_NAMES = ("vkgate", "ideal-kubelet", "go-vk-lib", "go-floor", "go-vk-binary")
 #: Resources whose writes are charged to the pods (the rest — nodes, leases — is background).

@@ -166,6 +166,8 @@ class SimulatedTranslator:
         self._deleting: set[str] = set()
         #: One set per running ``changes()`` stream: UIDs mutated since its last round.
         self._dirty: list[set[str]] = []
+        #: uid -> (state, valid from, valid until): see ``_state``.
+        self._cached: dict[str, tuple[WorkloadState, float, float]] = {}
         self._closed = asyncio.Event()
         self.calls: dict[str, int] = {"create": 0, "delete": 0, "list": 0}
         self._load()
@@ -180,6 +182,7 @@ class SimulatedTranslator:
 
     def _touch(self, uid: str) -> None:
         """A record changed other than by the passing of time: every stream looks at it again."""
+        self._cached.pop(uid, None)
         for dirty in self._dirty:
             dirty.add(uid)
 
@@ -496,6 +499,16 @@ class SimulatedTranslator:
         )
 
     def _state(self, rec: _Record, now: float) -> WorkloadState:
+        """The record's state at ``now``, built once per stretch between two of its boundaries
+        (``_next_change``): a list of 10,000 steady pods reuses 10,000 built states."""
+        cached = self._cached.get(rec.ref.uid)
+        if cached is not None and cached[1] <= now < cached[2]:
+            return cached[0]
+        st = self._build_state(rec, now)
+        self._cached[rec.ref.uid] = (st, now, self._next_change(rec, now))
+        return st
+
+    def _build_state(self, rec: _Record, now: float) -> WorkloadState:
         start = rec.created + self.start_delay
         init = tuple(
             ContainerState(

@@ -266,5 +266,36 @@ async def test_changes_ends_where_a_full_list_is(tmp_path: Path) -> None:
         assert listed, "nothing to compare"
         for st in listed:
             assert latest[st.ref.uid] == st, (step, st.ref.uid)
+            # the cached state is the state built from scratch at this time
+            assert st == sim._build_state(sim._records[st.ref.uid], clock.t), (step, st.ref.uid)
     assert {st.ref.uid for st in await sim.list()} == {"forever", "once", "again"}
     await stream.close()
+
+
+async def test_list_reuses_states_between_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconcile's list of N steady pods builds no state; a delete or a boundary rebuilds
+    only the pod it concerns."""
+    clock = Clock()
+    sim = SimulatedTranslator(None, clock=clock, node_name="vk", start_delay=1)
+    for i in range(200):
+        await sim.create(resolved(f"u-{i}", sim_stop_seconds="10"))
+    clock.t += 2
+    first = await sim.list()
+    assert {st.phase for st in first} == {Phase.RUNNING}
+
+    builds: list[str] = []
+    build = sim._build_state
+
+    def counting(rec: Any, now: float) -> Any:
+        builds.append(rec.ref.uid)
+        return build(rec, now)
+
+    monkeypatch.setattr(sim, "_build_state", counting)
+    clock.t += 30
+    again = await sim.list()
+    assert builds == [] and all(a is b for a, b in zip(first, again, strict=True))
+    await sim.delete(PodRef("ns", "pod-u-7", "u-7"), grace_seconds=30)
+    await sim.list()
+    assert builds == ["u-7"]  # touched by the delete: built again, the other 199 reused
+    clock.t += 11  # its stop time ends: it is gone, nothing else is rebuilt
+    assert len(await sim.list()) == 199 and builds == ["u-7"]
