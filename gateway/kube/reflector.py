@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar, cast
 
@@ -62,11 +63,37 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 
 def lean(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` without ``metadata.managedFields`` (in place; returns it)."""
+    """``obj`` as the cache keeps it: without ``metadata.managedFields``, and with its keys and
+    short strings shared with every other cached object (``sys.intern``).
+
+    A decoded pod is about 10 KiB of Python objects, most of it the same keys ("metadata",
+    "lastTransitionTime", …) and values ("True", "Running", "IfNotPresent", …) again in every
+    pod; shared, it is about 4.5 KiB (docs/design/kube-client.md, "Cache").  Interned strings
+    go away with the last object that uses them.  Values are unchanged (equal strings).
+    """
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
-    return obj
+    return _shared(obj)
+
+
+_SHORT = 64
+
+
+def _shared(obj: dict[str, Any]) -> dict[str, Any]:
+    intern = sys.intern
+    return {intern(key): _shared_value(value) for key, value in obj.items()}
+
+
+def _shared_value(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return sys.intern(value) if len(value) <= _SHORT else value
+    if kind is dict:
+        return _shared(value)
+    if kind is list:
+        return [_shared_value(v) for v in value]
+    return value
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

@@ -7,13 +7,14 @@ import copy
 import json
 import random
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
 from gateway.kube.reflector import Reflector
+from gateway.kube.reflector import lean as cache_lean
 from vkgate_core.clock import FakeClock
 
 PATH = "/api/v1/pods"
@@ -387,3 +388,28 @@ async def test_repeated_gone_right_after_list_backs_off(
     # backoff 0.5, 1, 2, 4 … between relists instead of a list+watch spin
     assert 3 <= server.list_calls <= 7
     assert refl.counts["gone"] in (server.list_calls - 1, server.list_calls)
+
+
+def test_cached_objects_share_keys_and_short_strings_and_keep_every_value() -> None:
+    def decoded(name: str) -> dict[str, Any]:
+        text = json.dumps(
+            {
+                "metadata": {"name": name, "managedFields": [{"manager": "x"}], "labels": {}},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "message": "m" * 65 + name,
+                },
+                "spec": {"n": 1, "ok": True, "none": None, "nested": [["a", 1]]},
+            }
+        )
+        return cast(dict[str, Any], json.loads(text))
+
+    a, b = cache_lean(decoded("p-1")), cache_lean(decoded("p-2"))
+    assert "managedFields" not in a["metadata"]
+    assert a["spec"] == {"n": 1, "ok": True, "none": None, "nested": [["a", 1]]}
+    assert a["status"]["message"] == "m" * 65 + "p-1"
+    key_a = next(k for k in a["status"]["conditions"][0] if k == "type")
+    key_b = next(k for k in b["status"]["conditions"][0] if k == "type")
+    assert key_a is key_b  # one "type" for every cached object
+    assert a["status"]["conditions"][0]["status"] is b["status"]["conditions"][0]["status"]
+    assert a["spec"]["nested"][0][0] is b["spec"]["nested"][0][0]
