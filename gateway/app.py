@@ -23,17 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
 from gateway.kubelet.ownmetrics import MetricsServer
-from gateway.logging_setup import setup_logging
+from gateway.logging_setup import NODE, setup_logging
 from gateway.metrics import Metrics, NodeMetrics
 from gateway.node.leader import LEASES, LeaderElector
 from gateway.nodeunit import Component, NodeUnit, load_translator
@@ -218,16 +219,25 @@ class App:
         """Process-wide optional components, in start order (each has async start()/stop())."""
         return [c for c in (self.templates,) if c is not None]
 
+    async def _as(self, unit: NodeUnit, step: Coroutine[Any, Any, None]) -> None:
+        """Run ``step`` in ``unit``'s logging context (``NODE``, with several nodes): every
+        task it starts inherits it, so each log line names its node."""
+        if not self.settings.nodes:
+            return await step
+        ctx = contextvars.copy_context()
+        ctx.run(NODE.set, unit.name)
+        return await asyncio.create_task(step, name=f"start:{unit.name}", context=ctx)
+
     async def start(self) -> None:
         for unit in self.units:
             self._started.append(unit)
-            await unit.start_backend()
+            await self._as(unit, unit.start_backend())
         await self._start_metrics()  # before the leader wait: a standby answers its probes
         await self.units[0].node.wait_for_api()
         for unit in self.units:  # every write is fenced on every node's leader Lease
-            await unit.lead()
+            await self._as(unit, unit.lead())
         for unit in self.units:
-            await unit.start()
+            await self._as(unit, unit.start())
         for component in self.components():
             await component.start()
             self._started.append(component)
@@ -238,7 +248,7 @@ class App:
             component = self._started.pop()
             try:
                 if isinstance(component, NodeUnit):
-                    await component.stop(release=self.exit_code == 0)
+                    await self._as(component, component.stop(release=self.exit_code == 0))
                 else:
                     await component.stop()
             except Exception:

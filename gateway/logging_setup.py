@@ -14,12 +14,17 @@ passes ``RedactFilter``, which masks the value after a credential-looking key
 
 from __future__ import annotations
 
+import contextvars
 import datetime as _dt
 import json
 import logging
 import re
 import sys
 from typing import Any, TextIO
+
+#: The virtual node the current task works for, when one process serves several
+#: (docs/design/multinode.md): set in each node's context, inherited by every task it starts.
+NODE: contextvars.ContextVar[str] = contextvars.ContextVar("vkgate_node", default="")
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
@@ -58,6 +63,17 @@ class RedactFilter(logging.Filter):
         return True
 
 
+class NodeFilter(logging.Filter):
+    """Tags a record with ``NODE`` (the ``node`` field in JSON, ``name [node]:`` in text)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        node = getattr(record, "node", None) or NODE.get()
+        if node and not hasattr(record, "node"):
+            record.node = node
+        record._node_prefix = f" [{node}]" if node else ""
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -86,11 +102,14 @@ def setup_logging(level: str = "info", fmt: str = "text", *, stream: TextIO | No
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s%(_node_prefix)s: %(message)s")
+        )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     handler.addFilter(RedactFilter())
+    handler.addFilter(NodeFilter())
     root.addHandler(handler)
     root.setLevel(level.upper())
     # httpx: one INFO line per request, useful only when debugging; httpcore: wire-level noise.

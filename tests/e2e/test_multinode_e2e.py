@@ -120,6 +120,9 @@ def test_one_process_serves_two_nodes(
     down.touch()
     wait_until("node b NotReady", lambda: ready(names[1]) == "False")
     assert ready(names[0]) == "True"
+    # the process's log says which node's backend failed
+    failed = [line for line in gw.log_text().splitlines() if "unreachable" in line]
+    assert failed and all(f"[{names[1]}]" in line for line in failed), failed[:5]
     probe = httpx.get(base + "/readyz", trust_env=False)
     assert probe.status_code == 503
     assert names[1] in probe.text and names[0] not in probe.text

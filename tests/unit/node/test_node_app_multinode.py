@@ -5,6 +5,9 @@ with a ``node`` label."""
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from gateway import config as cfg
 from gateway.app import App
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import NotLeader
+from gateway.logging_setup import NODE, setup_logging
 from gateway.node.leader import LEASES
 from vkgate_core.clock import FakeClock
 
@@ -157,3 +161,49 @@ def test_metrics_carry_a_node_label_and_the_shared_client_is_counted_once(
     rss = [line for line in text.splitlines() if line.startswith("process_resident_memory")]
     assert len(rss) == 1 and "node=" not in rss[0]  # process-wide: once, without a node
     assert 'vkgate_build_info{backend="simulated",node="vk-b"' in text
+
+
+async def test_every_log_line_of_a_node_names_it(
+    api: FakeApi, clock: FakeClock, two_nodes: tuple[App, dict[str, FakeTranslator], list[str]]
+) -> None:
+    app, backends, _ = two_nodes
+    backends["vk-b"].down = "refused"
+    buf = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("httpx").level)
+    setup_logging("info", "json", stream=buf)
+    try:
+        task = asyncio.create_task(app.run())
+        await settle()
+        await advance(clock, 30)  # the loops started by each node log in its context too
+        app.request_stop()
+        await asyncio.wait_for(task, 5)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger("httpx").setLevel(saved[2])
+    records = [json.loads(line) for line in buf.getvalue().splitlines()]
+    pings = [r for r in records if "refused" in r["message"]]
+    assert pings, records  # node b's backend failures were logged ...
+    assert {r.get("node") for r in pings} == {"vk-b"}  # ... each naming node b
+    tagged = {r.get("node") for r in records if r["logger"].startswith("gateway.node")}
+    assert tagged == {"vk-a", "vk-b"}
+
+
+def test_text_logs_carry_the_node_in_brackets() -> None:
+    buf = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("httpx").level)
+    setup_logging("info", "text", stream=buf)
+    try:
+        token = NODE.set("vk-a")
+        logging.getLogger("gateway.node").info("registered")
+        NODE.reset(token)
+        logging.getLogger("gateway.app").info("process-wide")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger("httpx").setLevel(saved[2])
+    first, second = buf.getvalue().splitlines()
+    assert first.endswith("gateway.node [vk-a]: registered")
+    assert second.endswith("gateway.app: process-wide")
