@@ -2,7 +2,9 @@
 kube-apiserver: each node its own Node, Lease, leader Lease, kubelet port and simulated backend;
 pods bound to each reach Running on their node's backend, ``kubectl logs`` reaches each node's
 kubelet server through the API server, deletes go through, and both nodes use the one API
-client of the process (its own ``vkgate_api_clients`` metric)."""
+client of the process (its own ``vkgate_api_clients`` metric); one node's backend going down
+leaves the other serving.  A second test mixes backends: a simulated and a Nomad node in one
+process, each pod on its own backend."""
 
 from __future__ import annotations
 
@@ -150,4 +152,61 @@ def test_one_process_serves_two_nodes(
         )
     kubectl("delete", "namespace", ns, "--wait=false")
     for n in names:
+        kubectl("delete", "node", n, "--wait=false", check=False)
+
+
+def _nomad_jobs(address: str) -> dict[str, str]:
+    """k8s.uid → job ID of every job vkgate submitted to the Nomad agent."""
+    with httpx.Client(base_url=address, timeout=10, trust_env=False) as client:
+        stubs = client.get("/v1/jobs", params={"meta": "true"}).raise_for_status().json()
+    return {(s.get("Meta") or {}).get("k8s.uid", ""): s["ID"] for s in stubs}
+
+
+def test_one_process_serves_a_simulated_and_a_nomad_node(
+    start_gateway: Any, control_plane: Any, kubectl: Any, nomad_agent: Any
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    sim, nmd = f"vk-mn-sim-{tag}", f"vk-mn-nomad-{tag}"
+    gw = start_gateway(
+        {
+            "nodes": [
+                {"name": sim},
+                {
+                    "name": nmd,
+                    "backend": {
+                        "kind": "nomad",
+                        "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+                    },
+                },
+            ]
+        }
+    )
+    assert gw.node_names == [sim, nmd]
+    taints = {
+        n: control_plane.get(f"/api/v1/nodes/{n}")["spec"]["taints"][0]["value"] for n in (sim, nmd)
+    }
+    assert taints == {sim: "simulated", nmd: "nomad"}  # each node says which backend it runs on
+    ns = f"mn-{tag}"
+    kubectl("create", "namespace", ns)
+    kubectl("apply", "-f", "-", input=_pod("on-sim", sim, ns))
+    kubectl("apply", "-f", "-", input=_pod("on-nomad", nmd, ns))
+
+    def field(pod: str, path: str) -> str:
+        return str(kubectl("get", "pod", "-n", ns, pod, "-o", f"jsonpath={path}").stdout)
+
+    for pod in ("on-sim", "on-nomad"):
+        wait_until(f"{pod} Running", lambda pod=pod: field(pod, "{.status.phase}") == "Running")
+    uid_sim, uid_nomad = field("on-sim", "{.metadata.uid}"), field("on-nomad", "{.metadata.uid}")
+    jobs = _nomad_jobs(nomad_agent.address)
+    assert uid_nomad in jobs and uid_sim not in jobs  # only the Nomad node's pod is a Nomad job
+    out = wait_until("nomad logs", lambda: kubectl("logs", "-n", ns, "on-nomad").stdout)
+    assert out.strip() == "hi"  # through the API server, node b's kubelet port, Nomad's logs API
+    assert "hi" in wait_until("sim logs", lambda: kubectl("logs", "-n", ns, "on-sim").stdout)
+
+    kubectl("delete", "pod", "-n", ns, "on-sim", "on-nomad", "--timeout=90s")
+    wait_until("the Nomad job purged", lambda: uid_nomad not in _nomad_jobs(nomad_agent.address))
+    gw.stop()
+    assert gw.returncode == 0
+    kubectl("delete", "namespace", ns, "--wait=false")
+    for n in (sim, nmd):
         kubectl("delete", "node", n, "--wait=false", check=False)
