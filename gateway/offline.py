@@ -42,6 +42,7 @@ from gateway.pods.resolve import Kind, Resolver
 from translators import plugins
 from translators.base import (
     JSON,
+    FeatureAware,
     Features,
     Renderable,
     ResolvedPod,
@@ -332,8 +333,9 @@ class SpecRenderer:
         self.default_template = (
             configured if isinstance(configured, str) and configured else spec.default_template
         )
-        found = getattr(self.translator, "features", None)
-        self.features: Features = found if isinstance(found, Features) else spec.features
+        self.features: Features = (
+            self.translator.features if isinstance(self.translator, FeatureAware) else spec.features
+        )
 
     @property
     def via(self) -> str:

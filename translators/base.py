@@ -523,6 +523,14 @@ class MetricsSource(Protocol):
 
 
 @runtime_checkable
+class FeatureAware(Protocol):
+    """An offline ``Renderable`` whose features depend on its settings (Zun: the configured
+    microversion); otherwise the backend spec's ``features`` stand."""
+
+    features: Features
+
+
+@runtime_checkable
 class Renderable(Protocol):
     """A backend that can show the spec it would send, offline (``vkgate render``,
     ``vkgate templates check``, ConfigMap template validation).  No I/O: settings only."""

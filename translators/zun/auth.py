@@ -56,6 +56,11 @@ class ZunAuth(Protocol):
         """Forget the token (after a 401); the next ``token()`` re-authenticates."""
         ...
 
+    @property
+    def verify(self) -> bool | str:
+        """TLS verification for the Zun endpoint too: on, off, or a CA bundle's path."""
+        ...
+
 
 def describe(region: CloudRegion) -> str:
     """Safe one-line description of a loaded cloud for logs (no secrets)."""
@@ -280,11 +285,18 @@ class KeystoneAuth:
 class StaticAuth:
     """A fixed token and endpoint (tests, or a pre-issued token with ``endpoint_override``)."""
 
-    def __init__(self, token: str, endpoint: str, project_id: str = "") -> None:
+    def __init__(
+        self, token: str, endpoint: str, project_id: str = "", *, verify: bool | str = True
+    ) -> None:
         self._token = token
         self._endpoint = endpoint.rstrip("/")
         self._project = project_id
+        self._verify = verify
         self.invalidations = 0
+
+    @property
+    def verify(self) -> bool | str:
+        return self._verify
 
     async def token(self) -> str:
         return self._token

@@ -130,7 +130,7 @@ class ZunTranslator:
         self.node_name = ctx.node_name if ctx else "vkgate"
         self.clock: Clock = clock or SystemClock()
         self.auth: ZunAuth = auth or build_auth(self.cfg, requests_session=requests_session)
-        verify: bool | str = getattr(self.auth, "verify", self.cfg.verify)
+        verify = self.auth.verify
         self.verify = verify
         self.client = ZunClient(
             self.auth,
