@@ -3,7 +3,11 @@
 ``Backoff.delay(n)`` is the wait after the n-th consecutive failure (n >= 1):
 ``min(cap, base * factor**(n-1))`` scaled by a random factor in ``[1 - jitter, 1]``.  The
 jitter only shortens a delay, so ``cap`` is a hard upper bound and many agents that failed at
-the same moment (API server restart) spread their retries instead of stampeding.
+the same moment (API server restart) spread their retries instead of stampeding.  With
+``jitter_up`` the factor is in ``[1, 1 + jitter]`` (still never above ``cap``): then ``base`` is
+a floor, for the pod work queue and the translation backstop ("never two renders in a minute",
+gateway/pods/translation.py).  The one backoff calculator of the gateway; the HTTP retry
+layer's waits are ``vkgate_core.retry.RetryPolicy`` (docs/design/retry.md).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ class Backoff:
     factor: float = 2.0
     cap: float = 30.0
     jitter: float = 0.2
+    jitter_up: bool = False
 
     def raw(self, failures: int) -> float:
         """The un-jittered delay after ``failures`` consecutive failures."""
@@ -26,4 +31,6 @@ class Backoff:
 
     def delay(self, failures: int, rng: random.Random | None = None) -> float:
         raw = self.raw(failures)
+        if self.jitter_up:
+            return min(self.cap, raw * (1.0 + self.jitter * (rng or random).random()))
         return raw * (rng or random).uniform(1.0 - self.jitter, 1.0)

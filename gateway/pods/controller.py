@@ -35,7 +35,7 @@ from gateway.kube.events import EventRecorder
 from gateway.kube.reflector import Reflector
 from gateway.metrics import Metrics
 from gateway.pods.keys import GoneKey, PodKey, QueueKey
-from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
+from gateway.pods.queue import ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.sync import PodState, PodSync, Retry, pod_key
 from gateway.pods.translation import TranslationRetries
@@ -90,7 +90,7 @@ class PodController:
         self._rng = rng or random.Random()
         self.queue: WorkQueue[QueueKey] = WorkQueue(
             clock=self.clock,
-            backoff=BackoffPolicy(base=ps.backoff_base, cap=ps.backoff_max),
+            backoff=Backoff(base=ps.backoff_base, cap=ps.backoff_max, jitter=0.1, jitter_up=True),
             retry_qps=ps.rate_qps,
             retry_burst=max(1, int(ps.rate_qps * 2)),
             rng=self._rng,

@@ -28,24 +28,10 @@ import heapq
 import itertools
 import random
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gateway.kube.backoff import Backoff
 from vkgate_core.clock import Clock, SystemClock
-
-
-@dataclass(frozen=True)
-class BackoffPolicy:
-    """Per-key retry delays: ``min(cap, base * 2**(failures-1))`` stretched by up to ``jitter``
-    (never above ``cap``)."""
-
-    base: float = 0.5
-    cap: float = 60.0
-    jitter: float = 0.1
-
-    def delay(self, failures: int, rng: random.Random) -> float:
-        raw = min(self.cap, self.base * 2.0 ** min(max(failures, 1) - 1, 62))
-        return min(self.cap, raw * (1.0 + self.jitter * rng.random()))
 
 
 class RetryLimiter:
@@ -80,13 +66,13 @@ class WorkQueue(Generic[K]):
         self,
         *,
         clock: Clock | None = None,
-        backoff: BackoffPolicy | None = None,
+        backoff: Backoff | None = None,
         retry_qps: float = 20.0,
         retry_burst: int = 50,
         rng: random.Random | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
-        self.backoff = backoff or BackoffPolicy()
+        self.backoff = backoff or Backoff(base=0.5, cap=60.0, jitter=0.1, jitter_up=True)
         self.limiter = RetryLimiter(retry_qps, retry_burst, clock=self.clock)
         self._rng = rng or random.Random()
         self._due: dict[K, float] = {}  # queued key -> due (monotonic)

@@ -38,11 +38,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gateway.pods.queue import BackoffPolicy
+from gateway.kube.backoff import Backoff
 from vkgate_core.clock import Clock
 
 #: Backstop retry delays of a pod that failed to translate, while the templates do not change.
-BACKSTOP = BackoffPolicy(base=60.0, cap=600.0, jitter=0.1)
+BACKSTOP = Backoff(base=60.0, cap=600.0, jitter=0.1, jitter_up=True)
 #: Re-record an unchanged TranslationFailed Event at most this often (seconds).
 EVENT_REFRESH = 1800.0
 
@@ -77,7 +77,7 @@ class TranslationRetries:
         *,
         clock: Clock,
         rng: random.Random | None = None,
-        backstop: BackoffPolicy = BACKSTOP,
+        backstop: Backoff = BACKSTOP,
         event_refresh: float = EVENT_REFRESH,
     ) -> None:
         self.clock = clock

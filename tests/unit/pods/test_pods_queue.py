@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from gateway.pods.queue import BackoffPolicy, ShutDown, WorkQueue
+from gateway.kube.backoff import Backoff
+from gateway.pods.queue import ShutDown, WorkQueue
 from vkgate_core.clock import FakeClock
 
 
@@ -109,7 +110,7 @@ async def test_dirty_readd_keeps_its_delay() -> None:
 
 async def test_retry_backoff_grows_caps_and_resets() -> None:
     clock = FakeClock()
-    q = make(clock, backoff=BackoffPolicy(base=1, cap=8, jitter=0), retry_qps=0)
+    q = make(clock, backoff=Backoff(base=1, cap=8, jitter=0, jitter_up=True), retry_qps=0)
     delays = []
     for _ in range(6):
         delays.append(q.retry("k"))
@@ -121,7 +122,9 @@ async def test_retry_backoff_grows_caps_and_resets() -> None:
 async def test_retry_jitter_never_exceeds_cap() -> None:
     clock = FakeClock()
     q = WorkQueue(
-        clock=clock, rng=random.Random(7), backoff=BackoffPolicy(base=1, cap=4, jitter=0.5)
+        clock=clock,
+        rng=random.Random(7),
+        backoff=Backoff(base=1, cap=4, jitter=0.5, jitter_up=True),
     )
     seen = [q.backoff.delay(n, random.Random(n)) for n in range(1, 30)]
     assert max(seen) <= 4
@@ -130,14 +133,17 @@ async def test_retry_jitter_never_exceeds_cap() -> None:
 
 async def test_retry_after_is_honoured() -> None:
     clock = FakeClock()
-    q = make(clock, backoff=BackoffPolicy(base=1, cap=8, jitter=0), retry_qps=0)
+    q = make(clock, backoff=Backoff(base=1, cap=8, jitter=0, jitter_up=True), retry_qps=0)
     assert q.retry("k", retry_after=20) == 20
 
 
 async def test_rate_limit_throttles_retries_but_never_first_attempts() -> None:
     clock = FakeClock()
     q = make(
-        clock, backoff=BackoffPolicy(base=0.001, cap=0.001, jitter=0), retry_qps=1, retry_burst=2
+        clock,
+        backoff=Backoff(base=0.001, cap=0.001, jitter=0, jitter_up=True),
+        retry_qps=1,
+        retry_burst=2,
     )
     delays = [q.retry(f"r{i}") for i in range(5)]
     # burst of 2 passes, then one per second
@@ -150,7 +156,7 @@ async def test_rate_limit_throttles_retries_but_never_first_attempts() -> None:
 
 async def test_backoff_waits_on_the_fake_clock() -> None:
     clock = FakeClock()
-    q = make(clock, backoff=BackoffPolicy(base=2, cap=60, jitter=0), retry_qps=0)
+    q = make(clock, backoff=Backoff(base=2, cap=60, jitter=0, jitter_up=True), retry_qps=0)
     q.retry("k")
     getter = asyncio.ensure_future(q.get())
     await clock.advance(1.9)
@@ -176,3 +182,15 @@ async def test_shutdown_releases_getters() -> None:
     q.shutdown()
     with pytest.raises(ShutDown):
         await asyncio.wait_for(getter, 1)
+
+
+def test_the_one_backoff_jitters_down_by_default_and_up_as_a_floor() -> None:
+    """gateway.kube.backoff.Backoff: down (cap a hard bound) for reconnect loops; up (base a
+    floor, cap still a bound) for the work queue and the translation backstop."""
+    down = Backoff(base=10, cap=40, jitter=0.5)
+    up = Backoff(base=10, cap=40, jitter=0.5, jitter_up=True)
+    rng = random.Random(3)
+    d = [down.delay(n, rng) for n in (1, 2, 3, 4, 5) for _ in range(50)]
+    u = [up.delay(n, rng) for n in (1, 2, 3, 4, 5) for _ in range(50)]
+    assert min(d) >= 5 and max(d) <= 40 and min(d) < 10  # shortened, never above cap
+    assert min(u) >= 10 and max(u) <= 40 and max(u[:50]) > 10  # lengthened, never above cap
