@@ -36,7 +36,7 @@ from gateway.kube.client import KubeClient
 from gateway.kubelet.ownmetrics import MetricsServer
 from gateway.logging_setup import NODE, setup_logging
 from gateway.metrics import Metrics, NodeMetrics
-from gateway.node.leader import LEASES, LeaderElector
+from gateway.node.leader import LEASES, LeaderElector, default_identity
 from gateway.nodeunit import Component, NodeUnit, load_translator
 from translators.base import Translator
 from vkgate_core.clock import Clock, SystemClock
@@ -75,6 +75,8 @@ class App:
         #: The template renderer every translator uses (ConfigMap templates land in its overlay).
         self.renderer = renderer_from_settings(settings.templates, kinds=kinds)
         given = dict(translators or {})
+        #: The leader-election identity of every node: one candidate per process.
+        identity = settings.ha.identity or default_identity()
         if translator is not None:
             given.setdefault(nodes[0].node.name, translator)
         #: One unit per virtual node, all on ``self.kube``.  The plain-HTTP metrics/probe
@@ -82,7 +84,7 @@ class App:
         #: ``[[nodes]]`` existed); with several nodes the App does, for all of them.
         self.units: list[NodeUnit] = [
             NodeUnit(
-                n if single else _without_metrics_address(n),
+                n if single else _one_of_several(n, identity),
                 kube=self.kube,
                 clock=self.clock,
                 renderer=self.renderer,
@@ -309,7 +311,10 @@ def run_forever(settings: Settings) -> int:
         return 0
 
 
-def _without_metrics_address(settings: Settings) -> Settings:
-    """A node's settings whose kubelet server leaves ``metrics_address`` to the App."""
+def _one_of_several(settings: Settings, identity: str) -> Settings:
+    """A node's settings in a multi-node process: its kubelet server leaves
+    ``metrics_address`` to the App, and its leader election runs as the process's one
+    ``identity`` (one candidate per process, docs/design/multinode.md)."""
     kubelet = dataclasses.replace(settings.kubelet, metrics_address="")
-    return dataclasses.replace(settings, kubelet=kubelet)
+    ha = dataclasses.replace(settings.ha, identity=identity)
+    return dataclasses.replace(settings, kubelet=kubelet, ha=ha)

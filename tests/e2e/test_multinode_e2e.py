@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
-def _pod(name: str, node: str, ns: str) -> str:
+def _pod(name: str, node: str, ns: str, *, script: str = "echo hi") -> str:
     return json.dumps(
         {
             "apiVersion": "v1",
@@ -32,7 +32,7 @@ def _pod(name: str, node: str, ns: str) -> str:
                 "terminationGracePeriodSeconds": 1,
                 "tolerations": [{"operator": "Exists"}],
                 "containers": [
-                    {"name": "app", "image": "busybox:1.36", "command": ["sh", "-c", "echo hi"]}
+                    {"name": "app", "image": "busybox:1.36", "command": ["sh", "-c", script]}
                 ],
             },
         }
@@ -209,4 +209,80 @@ def test_one_process_serves_a_simulated_and_a_nomad_node(
     assert gw.returncode == 0
     kubectl("delete", "namespace", ns, "--wait=false")
     for n in (sim, nmd):
+        kubectl("delete", "node", n, "--wait=false", check=False)
+
+
+def test_a_standby_process_takes_over_every_node_of_a_killed_leader(
+    start_gateway: Any, control_plane: Any, kubectl: Any, nomad_agent: Any
+) -> None:
+    """Leader election per node, all or nothing (docs/design/multinode.md): a second process
+    for the same two Nomad nodes (one Nomad agent: each node owns only its own jobs) stands by;
+    after ``kill -9`` of the first it takes every node's leader Lease, serves every node's
+    kubelet API and adopts the jobs without re-submitting any."""
+    tag = uuid.uuid4().hex[:6]
+    names = [f"vk-mn-ha-a-{tag}", f"vk-mn-ha-b-{tag}"]
+    backend = {
+        "kind": "nomad",
+        "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+    }
+    settings = {"ha": {"enabled": True}, "nodes": [{"name": n, "backend": backend} for n in names]}
+
+    def holders() -> dict[str, str]:
+        leases = {n: control_plane.get(f"{LEASES}/vkgate-leader-{n}") or {} for n in names}
+        return {
+            n: str((lease.get("spec") or {}).get("holderIdentity") or "")
+            for n, lease in leases.items()
+        }
+
+    first = start_gateway(settings)
+    leader = holders()
+    assert len(set(leader.values())) == 1 and all(leader.values())  # one process leads both
+    second = start_gateway(settings, wait=False)
+    wait_until("the standby", lambda: "standing by" in second.log_text(), timeout=30)
+    ns = f"mn-ha-{tag}"
+    kubectl("create", "namespace", ns)
+    pods = {n: f"p-{i}" for i, n in enumerate(names)}
+    for n, pod in pods.items():
+        kubectl("apply", "-f", "-", input=_pod(pod, n, ns, script="echo hi; sleep 600"))
+
+    def field(pod: str, path: str) -> str:
+        return str(kubectl("get", "pod", "-n", ns, pod, "-o", f"jsonpath={path}").stdout)
+
+    for pod in pods.values():
+        wait_until(f"{pod} Running", lambda pod=pod: field(pod, "{.status.phase}") == "Running")
+    uids = {n: field(pods[n], "{.metadata.uid}") for n in names}
+    jobs = _nomad_jobs(nomad_agent.address)
+    before = {n: jobs[uids[n]] for n in names}
+    assert holders() == leader
+
+    first.kill()
+    new = wait_until(
+        "the standby leads both nodes",
+        lambda: (h := holders()) and all(v and v not in leader.values() for v in h.values()) and h,
+        timeout=40,
+    )
+    assert len(set(new.values())) == 1  # the same (second) process leads both
+    for n in names:
+        port = int(second.kubelet_settings(n)["port"])
+
+        def endpoint(n: str = n) -> int:
+            status = control_plane.get(f"/api/v1/nodes/{n}")["status"]
+            return int(status["daemonEndpoints"]["kubeletEndpoint"]["Port"])
+
+        wait_until(
+            f"{n} served by the standby's kubelet port", lambda port=port: endpoint() == port
+        )
+        out = wait_until(
+            f"logs of {pods[n]}", lambda n=n: kubectl("logs", "-n", ns, pods[n], check=False).stdout
+        )
+        assert out.strip() == "hi"
+    # adopted: the same job per pod, none re-submitted, and still Running
+    after = _nomad_jobs(nomad_agent.address)
+    assert {n: after.get(uids[n]) for n in names} == before
+    assert all(field(p, "{.status.phase}") == "Running" for p in pods.values())
+    kubectl("delete", "pod", "-n", ns, *pods.values(), "--timeout=90s")
+    second.stop()
+    assert second.returncode == 0
+    kubectl("delete", "namespace", ns, "--wait=false")
+    for n in names:
         kubectl("delete", "node", n, "--wait=false", check=False)
