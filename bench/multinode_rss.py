@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -29,7 +27,7 @@ from pathlib import Path
 
 from bench import procstat, report
 from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import ControlPlane, launch_control_plane
+from gateway.devstack.controlplane import ControlPlane
 
 MAX_NODES = 32
 
@@ -173,18 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     load_before = report.loadavg()
     started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="vkgate-bench-"))
-    cp = launch_control_plane()
     results: list[Result] = []
-    try:
+    with report.control_plane_session() as (cp, workdir):
         for n in args.counts:
             print(f"{n} node(s) ...", file=sys.stderr)
             r = measure(cp, workdir, n, settle=args.settle, samples=args.samples)
             print(f"  RSS {procstat.mib(r.rss_bytes)} MiB", file=sys.stderr)
             results.append(r)
-    finally:
-        cp.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     machine = report.machine_lines(
         load_before=load_before,
         load_after=report.loadavg(),

@@ -36,10 +36,8 @@ import asyncio
 import contextlib
 import json
 import re
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 import uuid
@@ -52,7 +50,7 @@ from typing import Any
 from bench import procstat, report
 from bench.agents import Agent, IdealKubeletAgent, VkgateAgent, Writes
 from bench.go_agents import GO_BURST, GO_QPS, GoFloorAgent, GoVkBinaryAgent, GoVkLibAgent
-from gateway.devstack.controlplane import ControlPlane, launch_control_plane
+from gateway.devstack.controlplane import ControlPlane
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone, NotFound
 
@@ -738,13 +736,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     load_before = report.loadavg()
     started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="vkgate-bench-"))
-    cp = launch_control_plane()
-    try:
+    with report.control_plane_session() as (cp, workdir):
         results = asyncio.run(run_all(cp, args, workdir))
-    finally:
-        cp.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
     machine = report.machine_lines(
         load_before=load_before,
         load_after=report.loadavg(),

@@ -9,15 +9,22 @@ and after (this machine is shared; a loaded run is reported as such, not hidden)
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.devstack.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
@@ -91,6 +98,22 @@ def binary_version(path: Path) -> str:
     line = _first_line([str(path), "--version"])
     match = re.search(r"v?\d+\.\d+\.\d+\S*", line)
     return match.group(0) if match else line
+
+
+@contextlib.contextmanager
+def control_plane_session() -> Iterator[tuple[ControlPlane, Path]]:
+    """A real etcd + kube-apiserver on 127.0.0.1 and a scratch directory; both go at the end."""
+    from gateway.devstack.controlplane import launch_control_plane
+
+    workdir = Path(tempfile.mkdtemp(prefix="vkgate-bench-"))
+    try:
+        cp = launch_control_plane()
+        try:
+            yield cp, workdir
+        finally:
+            cp.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def binary_versions(*names: str) -> str:
