@@ -62,7 +62,7 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{name}" if ns else name
 
 
-def lean(obj: dict[str, Any]) -> dict[str, Any]:
+def lean(obj: dict[str, Any], prev: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``obj`` as the cache keeps it: without ``metadata.managedFields``, and with its keys and
     short strings shared with every other cached object (``sys.intern``).
 
@@ -70,11 +70,28 @@ def lean(obj: dict[str, Any]) -> dict[str, Any]:
     "lastTransitionTime", …) and values ("True", "Running", "IfNotPresent", …) again in every
     pod; shared, it is about 4.5 KiB (docs/design/kube-client.md, "Cache").  Interned strings
     go away with the last object that uses them.  Values are unchanged (equal strings).
+
+    With ``prev`` (the cached version this one replaces), an unchanged ``spec``,
+    ``metadata.labels`` and ``metadata.annotations`` are taken from ``prev`` instead: a pod's
+    status updates then share one spec, and so does whatever still holds an older version.
     """
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
-    return _shared(obj)
+    out = _shared(obj)
+    if prev is not None:
+        _reuse(out, prev, "spec")
+        new_meta, old_meta = out.get("metadata"), prev.get("metadata")
+        if isinstance(new_meta, dict) and isinstance(old_meta, Mapping):
+            _reuse(new_meta, old_meta, "labels")
+            _reuse(new_meta, old_meta, "annotations")
+    return out
+
+
+def _reuse(new: dict[str, Any], old: Mapping[str, Any], part: str) -> None:
+    value = old.get(part)
+    if value is not None and part in new and new[part] == value:
+        new[part] = value
 
 
 _SHORT = 64
@@ -186,7 +203,10 @@ class Reflector(Generic[T]):
     async def _relist(self, handler: Handler[T]) -> None:
         self.counts["lists"] += 1
         result = await self.client.list(self.path, params=self.params)
-        fresh = {object_key(o): cast(T, lean(o)) for o in result.get("items") or []}
+        fresh = {
+            (key := object_key(o)): cast(T, lean(o, self.store.get(key)))
+            for o in result.get("items") or []
+        }
         old_store = self.store
         self.store = dict(fresh)
         self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "")
@@ -240,21 +260,24 @@ class Reflector(Generic[T]):
         async for event in self.client.watch(self.path, params=params):
             self._last_event = self.clock.monotonic()
             etype = str(event.get("type", ""))
-            obj = cast(T, lean(event.get("object") or {}))
-            rv = _rv(obj)
+            raw = event.get("object") or {}
             if etype == "BOOKMARK":
+                rv = _rv(raw)
                 if rv:
                     self.resource_version = rv
                 continue
-            key = object_key(obj)
+            key = object_key(raw)
+            rv = _rv(raw)
             if etype in ("ADDED", "MODIFIED"):
                 old = self.store.get(key)
+                obj = cast(T, lean(raw, old))
                 self.store[key] = obj
                 if rv:
                     self.resource_version = rv
                 await self._call(handler, "MODIFIED" if old is not None else "ADDED", obj, old)
             elif etype == "DELETED":
                 old = self.store.pop(key, None)
+                obj = cast(T, lean(raw, old))
                 if rv:
                     self.resource_version = rv
                 await self._call(handler, "DELETED", obj, old)

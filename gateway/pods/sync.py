@@ -120,6 +120,31 @@ def spec_hash(pod: Pod) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def snapshot(pod: Pod) -> Pod:
+    """What ``_changed_fields`` compares of a submitted pod: labels, annotations and spec.
+
+    Kept per pod for as long as it runs, so it holds only these (the cache shares them with
+    the current version while they are unchanged, docs/design/kube-client.md, "Cache"), not
+    the whole pod of the time with its status."""
+    meta = pod.get("metadata") or {}
+    return as_pod(
+        {
+            "metadata": {"labels": meta.get("labels"), "annotations": meta.get("annotations")},
+            "spec": pod.get("spec"),
+        }
+    )
+
+
+def _same_objects(snap: Pod, pod: Pod) -> bool:
+    """True when ``pod`` has the very spec, labels and annotations objects of ``snap``."""
+    meta, snap_meta = pod.get("metadata") or {}, snap.get("metadata") or {}
+    return (
+        snap.get("spec") is pod.get("spec")
+        and snap_meta.get("labels") is meta.get("labels")
+        and snap_meta.get("annotations") is meta.get("annotations")
+    )
+
+
 def _changed_fields(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     if old is None:
         return ["the pod spec"]
@@ -149,7 +174,7 @@ class PodState:
     workloads: dict[str, WorkloadState] = field(default_factory=dict)
     #: pod UID -> monotonic time this process submitted (or adopted: -inf) it.
     submitted: dict[str, float] = field(default_factory=dict)
-    #: pod UID -> (spec hash, pod snapshot, resolved fingerprint) as last submitted.
+    #: pod UID -> (spec hash, ``snapshot`` of the pod, resolved fingerprint) as last submitted.
     applied: dict[str, tuple[str, Pod, str]] = field(default_factory=dict)
     written: dict[str, _Written] = field(default_factory=dict)
     #: pod UID -> grace period we asked the backend to stop with.
@@ -179,7 +204,7 @@ class PodState:
         uid = state.ref.uid
         self.workloads[uid] = state
         self.submitted[uid] = submitted_at
-        self.applied[uid] = (spec_hash(pod), as_pod(dict(pod)), "")
+        self.applied[uid] = (spec_hash(pod), snapshot(pod), "")
 
     def submitted_since(self, uid: str, since: float) -> bool:
         t = self.submitted.get(uid)
@@ -192,6 +217,20 @@ class PodState:
     def forget_submission(self, uid: str) -> None:
         self.submitted.pop(uid, None)
         self.applied.pop(uid, None)
+
+    def remember_write(self, uid: str, now: float) -> None:
+        """Make room for a write of ``uid``: entries past ``ECHO_WINDOW`` are dropped.
+
+        ``written`` is only read within the window; an echo that arrived before our write's
+        answer never matches, so without this every pod's last status stayed here.  Entries
+        are in write order (re-inserted on each write), so the old ones are at the front."""
+        written = self.written
+        written.pop(uid, None)
+        while written:
+            first = next(iter(written))
+            if now - written[first].at < ECHO_WINDOW:
+                break
+            del written[first]
 
     def is_own_echo(self, pod: Pod) -> bool:
         w = self.written.get(self.uid_of(pod))
@@ -295,6 +334,7 @@ class PodSync:
             )
             raise Retry() from None
         meta = resp.get("metadata") or {}
+        self.state.remember_write(uid, self.clock.monotonic())
         self.state.written[uid] = _Written(
             str(meta.get("resourceVersion", "")),
             st.normalize(resp.get("status") or {}),
@@ -449,7 +489,7 @@ class PodSync:
         self.state.stats["creates"] += 1
         self.state.workloads[uid] = state
         self.state.submitted[uid] = self.clock.monotonic()
-        self.state.applied[uid] = (spec_hash(pod), pod, res.fingerprint)
+        self.state.applied[uid] = (spec_hash(pod), snapshot(pod), res.fingerprint)
         log.info("pod %s submitted to %s as %s", key, self.backend, state.backend_id)
         await self.event(
             pod,
@@ -554,15 +594,17 @@ class PodSync:
         await self._warn_ephemeral(pod)
         applied = self.state.applied.get(uid)
         refs_changed = uid in self.state.refs_changed
+        if applied is not None and not refs_changed and _same_objects(applied[1], pod):
+            return  # the cache shares unchanged parts: no hash needed
         if applied is not None and applied[0] == spec_hash(pod) and not refs_changed:
             return
         self.state.refs_changed.discard(uid)
         if applied is None:
-            self.state.applied[uid] = (spec_hash(pod), pod, "")
+            self.state.applied[uid] = (spec_hash(pod), snapshot(pod), "")
             return
         res = await self.resolver.resolve(pod)
         if res.pod is None or (res.fingerprint == applied[2] and applied[0] == spec_hash(pod)):
-            self.state.applied[uid] = (spec_hash(pod), pod, applied[2])
+            self.state.applied[uid] = (spec_hash(pod), snapshot(pod), applied[2])
             return
         fields = _changed_fields(applied[1], pod) or ["referenced ConfigMap/Secret data"]
         if await self._update(res.pod, state):
@@ -576,7 +618,7 @@ class PodSync:
                 f"the {self.backend} backend cannot apply a change of {', '.join(fields)} to the running "
                 "workload; delete and re-create the pod to apply it",
             )
-        self.state.applied[uid] = (spec_hash(pod), pod, res.fingerprint)
+        self.state.applied[uid] = (spec_hash(pod), snapshot(pod), res.fingerprint)
 
     async def _update(self, resolved: ResolvedPod, state: WorkloadState) -> bool:
         try:
