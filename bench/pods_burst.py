@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procstat, report
+from bench import profile as bench_profile
 from bench.agents import Agent, IdealKubeletAgent, VkgateAgent, Writes
 from bench.go_agents import GO_BURST, GO_QPS, GoFloorAgent, GoVkBinaryAgent, GoVkLibAgent
 from gateway.devstack.controlplane import ControlPlane
@@ -114,8 +116,25 @@ class RunResult:
     cpu_delete: float | None = None
     apiserver_cpu: float | None = None
     etcd_cpu: float | None = None
+    #: seconds after all pods were gone until the agent's Event writes stopped (trailing work)
+    trailing: float | None = None
+    #: agent CPU from the end of the delete phase to the end of the trailing work
+    cpu_trailing: float | None = None
+    #: Event writes the agent made after all pods were gone (API server's counters)
+    events_trailing: int = 0
+    #: the harness's own CPU over the round (its creates, deletes, watch, scraping)
+    harness_cpu: float | None = None
+    #: 1-minute load average when the round started and when it ended
+    load: tuple[float, float] | None = None
     description: str = ""
     error: str = ""
+
+    @property
+    def cpu_all(self) -> float | None:
+        """Agent CPU over the whole burst: create, delete and the trailing Events."""
+        if self.cpu_create is None:
+            return None
+        return self.cpu_create + (self.cpu_delete or 0) + (self.cpu_trailing or 0)
 
     def floor(self, phase: str) -> float | None:
         """Seconds of ``phase`` ("create" or "delete") the agent's own token bucket alone
@@ -300,11 +319,16 @@ async def run_burst(
     concurrency: int,
     phase_timeout: float,
     settle: float,
+    trailing_quiet: float = 3.0,
+    profile: Path | None = None,
 ) -> RunResult:
     run_id = uuid.uuid4().hex[:6]
     node = f"bench-{agent.name}-{run_id}"
     ns = f"bench-{run_id}"
     res = RunResult(agent.name, round_no, n)
+    recorder: bench_profile.Recorder | None = None
+    harness_cpu0 = time.process_time()
+    load0 = os.getloadavg()[0]
     await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
     try:
         agent.start(node)  # from the main thread: children die with it (PR_SET_PDEATHSIG)
@@ -332,6 +356,8 @@ async def run_burst(
                     f"/api/v1/namespaces/{ns}/pods", pod_manifest(names[i], ns, node, run_id)
                 )
 
+            if profile is not None and agent.pid is not None:
+                recorder = bench_profile.Recorder(agent.pid, profile)
             t0 = time.monotonic()
             errors = await bounded(n, concurrency, create)
             if errors:
@@ -384,6 +410,26 @@ async def run_burst(
         end = procstat.sample(agent.pid)
         res.rss_after, res.rss_peak = end.rss_bytes, end.hwm_bytes
         res.cpu_delete = cpu_delta(end.cpu_seconds, mid.cpu_seconds)
+        # Trailing work: Events the agent still writes after the last pod is gone.  Wait until
+        # the API server has seen no Event write from anyone for ``quiet`` seconds (bounded).
+        t_end = time.monotonic()
+        events_at_end = await asyncio.to_thread(event_writes, cp)
+        last, last_change = events_at_end, t_end
+        while (
+            time.monotonic() - last_change < trailing_quiet
+            and time.monotonic() - t_end < phase_timeout
+        ):
+            await asyncio.sleep(0.5)
+            now_events = await asyncio.to_thread(event_writes, cp)
+            if now_events != last:
+                last, last_change = now_events, time.monotonic()
+        res.trailing = last_change - t_end
+        res.events_trailing = last - events_at_end
+        trail = procstat.sample(agent.pid)
+        res.cpu_trailing = cpu_delta(trail.cpu_seconds, end.cpu_seconds)
+        if recorder is not None:
+            recorder.stop()
+            recorder = None
         res.apiserver_cpu = cpu_delta(procstat.cpu_seconds(cp.apiserver.pid), srv0)
         res.etcd_cpu = cpu_delta(procstat.cpu_seconds(cp.etcd.pid), etcd0)
         res.agent_writes = diff(await asyncio.to_thread(agent.api_writes), agent_before)
@@ -405,8 +451,21 @@ async def run_burst(
             {k: v - harness.get(k, 0) for k, v in server.items() if v - harness.get(k, 0) > 0}
         )
     finally:
+        if recorder is not None:
+            recorder.stop()
         agent.stop()
+    res.harness_cpu = time.process_time() - harness_cpu0
+    res.load = (load0, os.getloadavg()[0])
     return res
+
+
+def event_writes(cp: ControlPlane) -> int:
+    """Event writes (create/patch/update) the API server has answered so far, by anyone."""
+    return sum(
+        n
+        for (verb, res, _), n in apiserver_requests(cp).items()
+        if res == "events" and verb in ("create", "patch", "update")
+    )
 
 
 # --------------------------------------------------------------------------- report
@@ -448,20 +507,14 @@ def summarize(results: Sequence[RunResult], agent: str) -> dict[str, float | Non
         "gone_p99": pct("to_gone", 99),
         "writes_agent": _med([r.pod_writes(r.agent_writes) for r in rs]),
         "writes_server": _med([r.pod_writes(r.server_writes) for r in rs]),
-        "cpu_total": _med(
-            [
-                (r.cpu_create or 0) + (r.cpu_delete or 0) if r.cpu_create is not None else None
-                for r in rs
-            ]
-        ),
+        "cpu_total": _med([r.cpu_all for r in rs]),
         "cpu_per_pod_ms": _med(
-            [
-                ((r.cpu_create or 0) + (r.cpu_delete or 0)) / r.pods * 1000
-                if r.cpu_create is not None
-                else None
-                for r in rs
-            ]
+            [r.cpu_all / r.pods * 1000 if r.cpu_all is not None else None for r in rs]
         ),
+        "cpu_trailing": _med([r.cpu_trailing for r in rs]),
+        "trailing": _med([r.trailing for r in rs]),
+        "events_trailing": _med([float(r.events_trailing) / r.pods for r in rs]),
+        "harness_cpu": _med([r.harness_cpu for r in rs]),
         "rss_idle": _med([r.rss_idle for r in rs]),
         "rss_running": _med([r.rss_running for r in rs]),
         "rss_peak": _med([r.rss_peak for r in rs]),
@@ -482,9 +535,17 @@ def _writes_breakdown(counts: Writes | None, pods: int) -> str:
     return "; ".join(parts) + (f" (+ {bg} node/lease/other writes in total)" if bg else "")
 
 
+#: Baselines in order of preference: the client-go floor, else the Python one.
+BASELINES = ("go-floor", "ideal-kubelet")
+
+
+def baseline(agents: Sequence[str]) -> str:
+    return next((b for b in BASELINES if b in agents), agents[0] if agents else "")
+
+
 def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine: list[str]) -> str:
     agents = list(dict.fromkeys(r.agent for r in results))
-    base = "ideal-kubelet"
+    base = baseline(agents)
     others = [a for a in agents if a != base] if base in agents else []
     sums = {a: summarize(results, a) for a in agents}
     desc = {r.agent: r.description for r in results}
@@ -515,8 +576,19 @@ def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine:
     row("delete→gone p99 per pod", "gone_p99", s)
     row("API writes per pod (agent's own counters)", "writes_agent", lambda v: _fmt(v, "", 2))
     row("API writes per pod (API server's counters)", "writes_server", lambda v: _fmt(v, "", 2))
-    row("agent CPU for the burst", "cpu_total", s)
-    row("agent CPU per pod", "cpu_per_pod_ms", lambda v: _fmt(v, " ms", 1))
+    row(
+        "Event writes per pod after all were gone (trailing)",
+        "events_trailing",
+        lambda v: _fmt(v, "", 2),
+    )
+    row("  trailing time until the API server saw no more Event writes", "trailing", s)
+    row("agent CPU for the burst (create + delete + trailing)", "cpu_total", s)
+    row("  of which trailing", "cpu_trailing", s)
+    row(
+        "agent CPU per pod (whole burst, Events included)",
+        "cpu_per_pod_ms",
+        lambda v: _fmt(v, " ms", 2),
+    )
     row("agent RSS idle (MiB)", "rss_idle", lambda v: procstat.mib(None if v is None else int(v)))
     row(
         f"agent RSS with {args.pods} pods Running (MiB)",
@@ -530,6 +602,7 @@ def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine:
     )
     row("kube-apiserver CPU during the burst", "apiserver_cpu", s)
     row("etcd CPU during the burst", "etcd_cpu", s)
+    row("harness CPU during the round (creates, deletes, watch, scrapes)", "harness_cpu", s)
     header = ["", *agents, *[f"{a} / {base}" for a in others]]
     med = " (median of the rounds)" if args.rounds > 1 else ""
     out += ["", f"### Results{med}", "", report.table(header, rows), ""]
@@ -556,6 +629,33 @@ def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine:
                 f"  - Events by the agent's own counter (vkgate_events_total) when the round "
                 f"ended: {outcomes}; the rest were still queued"
             )
+    if others:
+        out += ["", f"Paired ratios, round by round (each agent / {base} in the same round):", ""]
+        paired: list[list[str]] = []
+        for rnd in sorted({r.round for r in results}):
+            ref = next((r for r in results if r.round == rnd and r.agent == base), None)
+            if ref is None:
+                continue
+            for a in others:
+                r = next((x for x in results if x.round == rnd and x.agent == a), None)
+                if r is None:
+                    continue
+                paired.append(
+                    [
+                        str(rnd),
+                        a,
+                        _ratio(r.running_wall, ref.running_wall),
+                        _ratio(r.gone_wall, ref.gone_wall),
+                        _ratio(r.cpu_all, ref.cpu_all),
+                        f"{r.load[0]:.1f} → {r.load[1]:.1f}" if r.load else "n/a",
+                    ]
+                )
+        out.append(
+            report.table(
+                ["round", "agent", "all Running", "all gone", "agent CPU", "load (1 min) during"],
+                paired,
+            )
+        )
     problems = [r for r in results if r.error or r.not_running or r.not_gone]
     if problems:
         out += ["", "Problems seen:", ""]
@@ -587,7 +687,7 @@ def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine:
                         _fmt(report.percentile(r.to_running, 99), " s"),
                         _fmt(r.gone_wall, " s"),
                         _fmt(r.pod_writes(r.agent_writes), "", 2),
-                        _fmt((r.cpu_create or 0) + (r.cpu_delete or 0), " s"),
+                        _fmt(r.cpu_all, " s"),
                         procstat.mib(r.rss_peak),
                     ]
                     for r in results
@@ -651,6 +751,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "pods.workers apply to the ideal kubelet too",
     )
     p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument(
+        "--json", type=Path, default=None, help="also write every round as JSON (for bench.plots)"
+    )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="directory: py-spy the vkgate agent over round 1 (raw stacks + a summary)",
+    )
+    p.add_argument(
+        "--label",
+        default="",
+        help="name for this configuration in the JSON (e.g. 'lifted', 'defaults')",
+    )
     p.add_argument(
         "--section",
         default="pods_burst",
@@ -722,6 +836,11 @@ async def run_all(cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> 
                     concurrency=args.concurrency,
                     phase_timeout=args.timeout,
                     settle=args.settle,
+                    profile=(
+                        args.profile / f"{name}-{args.pods}.raw"
+                        if args.profile is not None and name == "vkgate" and rnd == 1
+                        else None
+                    ),
                 )
                 print(
                     f"  all Running {r.running_wall:.2f}s, all gone {r.gone_wall:.2f}s, "
@@ -730,6 +849,39 @@ async def run_all(cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> 
                 )
                 results.append(r)
     return results
+
+
+def write_json(path: Path, results: Sequence[RunResult], args: argparse.Namespace) -> None:
+    """Every round's numbers (not the per-pod lists: their percentiles) for ``bench.plots``."""
+    rows = []
+    for r in results:
+        rows.append(
+            {
+                "label": args.label,
+                "agent": r.agent,
+                "round": r.round,
+                "pods": r.pods,
+                "running_wall": r.running_wall,
+                "gone_wall": r.gone_wall,
+                "run_p50": report.percentile(r.to_running, 50),
+                "run_p99": report.percentile(r.to_running, 99),
+                "cpu_all": r.cpu_all,
+                "cpu_per_pod_ms": r.cpu_all / r.pods * 1000 if r.cpu_all is not None else None,
+                "rss_idle": r.rss_idle,
+                "rss_running": r.rss_running,
+                "rss_peak": r.rss_peak,
+                "writes_per_pod": r.pod_writes(r.server_writes),
+                "events_trailing": r.events_trailing,
+                "trailing": r.trailing,
+                "event_outcomes": dict(r.event_outcomes) if r.event_outcomes is not None else None,
+                "harness_cpu": r.harness_cpu,
+                "apiserver_cpu": r.apiserver_cpu,
+                "load": r.load,
+                "description": r.description,
+                "error": r.error,
+            }
+        )
+    path.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -750,7 +902,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
     )
     text = markdown(results, args=args, machine=machine)
+    if args.profile is not None:
+        raw = args.profile / f"vkgate-{args.pods}.raw"
+        if raw.exists():
+            text += (
+                f"\n### Where vkgate's CPU goes (py-spy over round 1, {raw.name})\n\n"
+                + bench_profile.summarize(raw)
+            )
     sys.stdout.write(text)
+    if args.json:
+        write_json(args.json, results, args)
     if args.write_docs:
         path = report.write_section(args.section, text, doc=args.doc)
         print(f"\nwrote {path}", file=sys.stderr)
