@@ -37,7 +37,7 @@ from gateway.metrics import Metrics
 from gateway.pods.keys import GoneKey, PodKey, QueueKey
 from gateway.pods.queue import ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
-from gateway.pods.sync import PodState, PodSync, Retry, pod_key
+from gateway.pods.sync import Deferred, PodState, PodSync, Retry, pod_key
 from gateway.pods.translation import TranslationRetries
 from translators.base import (
     BackendThrottled,
@@ -308,7 +308,7 @@ class PodController:
                 self.queue.forget(key)
                 result = "ok"
             except Retry as r:
-                result = "retry"
+                result = "deferred" if isinstance(r, Deferred) else "retry"
                 if r.delay is not None:
                     self.queue.add(key, delay=r.delay)
                 else:

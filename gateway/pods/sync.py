@@ -58,6 +58,7 @@ from translators.base import (
     BackendError,
     BackendNotFound,
     BackendThrottled,
+    Phase,
     PodRef,
     ResolvedPod,
     TranslationError,
@@ -84,6 +85,14 @@ class Retry(Exception):
         super().__init__("retry")
         self.delay = delay
         self.retry_after = retry_after
+
+
+class Deferred(Retry):
+    """Not a failure: come back after ``delay`` (the latest state is written then)."""
+
+
+#: How long a freshly created workload that has not started yet waits for its first status write.
+FIRST_STATUS_DELAY = 0.5
 
 
 def pod_key(pod: Pod) -> PodKey:
@@ -502,6 +511,12 @@ class PodSync:
             # deleted while we were creating: the cleanup may have run before we knew the uid
             await self._backend_delete(pod_ref(pod), 0, pod)
             return
+        if state.phase == Phase.PENDING and not any(c.state == "running" for c in state.containers):
+            # Like the kubelet's status manager, write the latest status, not every step: a
+            # backend that starts the pod within FIRST_STATUS_DELAY gets one write (Running)
+            # instead of two; a slower one shows Pending after the delay
+            # (docs/design/kubelet-contract.md, "Status writes").
+            raise Deferred(delay=FIRST_STATUS_DELAY)
         await self.write_status(current, self._desired(current, state))
 
     def _desired(self, pod: Pod, state: WorkloadState) -> dict[str, Any]:

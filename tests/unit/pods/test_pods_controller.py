@@ -14,6 +14,7 @@ from pods_fakes import FakeKube, Polled, run_for, settle, sim_clock
 from gateway.config import Settings
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
+from gateway.pods.sync import FIRST_STATUS_DELAY
 from translators.simulated import SimulatedTranslator, fake_ip
 from vkgate_core.clock import FakeClock
 
@@ -104,9 +105,11 @@ def conds(p: dict[str, Any]) -> dict[str, str]:
 async def test_create_to_running_with_few_writes(h: Harness) -> None:
     await h.start()
     h.kube.add(pod("web"))
-    await run_for(h.clock, 0.5)
+    await run_for(h.clock, FIRST_STATUS_DELAY / 2)
+    assert h.kube.status_writes("web") == 0  # the first status waits for the backend a moment
+    await run_for(h.clock, FIRST_STATUS_DELAY / 2 + 0.5)
     p = h.kube.pod("web")
-    assert p is not None and p["status"]["phase"] == "Pending"
+    assert p is not None and p["status"]["phase"] == "Pending"  # start_delay 1 s: not yet
     assert p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
     await run_for(h.clock, 6)
     p = h.kube.pod("web")
@@ -679,3 +682,29 @@ async def test_workload_vanished_while_gateway_down_is_lost_not_resubmitted(tmp_
     assert a is not None and a["status"]["phase"] == "Running"
     assert a["status"]["containerStatuses"][0]["restartCount"] == 1
     await h.stop()
+
+
+async def test_a_workload_that_starts_at_once_gets_one_status_write(tmp_path: Path) -> None:
+    """Pending is not written when the backend reports Running within FIRST_STATUS_DELAY."""
+    harness = Harness(tmp_path, reconcile_interval=FIRST_STATUS_DELAY / 2)
+    harness.translator = lambda: Polled(_fast(harness))  # type: ignore[method-assign]
+    try:
+        await harness.start()
+        harness.kube.add(pod("quick"))
+        await run_for(harness.clock, 2)
+        p = harness.kube.pod("quick")
+        assert p is not None and p["status"]["phase"] == "Running"
+        assert harness.kube.status_writes("quick") == 1
+    finally:
+        await harness.stop()
+
+
+def _fast(harness: Harness) -> SimulatedTranslator:
+    harness.sim = SimulatedTranslator(
+        None,
+        clock=sim_clock(harness.clock),
+        node_name=NODE,
+        state_file=str(harness.state_file),
+        start_delay=FIRST_STATUS_DELAY / 5,
+    )
+    return harness.sim
