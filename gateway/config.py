@@ -102,14 +102,15 @@ class KubeSettings:
         default="", metadata=doc("kubeconfig path; empty: $KUBECONFIG, in-cluster, ~/.kube/config")
     )
     context: str = field(default="", metadata=doc("kubeconfig context"))
+    # Defaults for a node hosting thousands of pods: docs/design/kube-client.md, "Default limits".
     qps: float = field(
-        default=50.0, metadata=doc("Client requests per second (token bucket)", lo=0.1, hi=10000)
+        default=200.0, metadata=doc("Client requests per second (token bucket)", lo=0.1, hi=10000)
     )
-    burst: int = field(default=100, metadata=doc("Client burst", lo=1, hi=100000))
+    burst: int = field(default=400, metadata=doc("Client burst", lo=1, hi=100000))
     event_qps: float = field(
-        default=50.0, metadata=doc("Event writes per second (own budget)", lo=0.1, hi=10000)
+        default=100.0, metadata=doc("Event writes per second (own budget)", lo=0.1, hi=10000)
     )
-    event_burst: int = field(default=100, metadata=doc("Event write burst", lo=1, hi=100000))
+    event_burst: int = field(default=200, metadata=doc("Event write burst", lo=1, hi=100000))
     event_queue: int = field(
         default=10_000,
         metadata=doc("Events waiting to be written; more are dropped (counted)", lo=1, hi=1000000),
