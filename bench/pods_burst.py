@@ -57,6 +57,8 @@ from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone, NotFound
 
 MAX_PODS = 10_000
+#: Longest wait for trailing Events after the last pod is gone (seconds).
+TRAILING_MAX = 120.0
 #: ``--agents`` choices (bench/README.md has what each is; the Go ones: ``bench.go_agents``).
 AGENT_NAMES = ("vkgate", "ideal-kubelet", "go-vk-lib", "go-floor", "go-vk-binary")
 #: Resources whose writes are charged to the pods (the rest — nodes, leases — is background).
@@ -417,7 +419,7 @@ async def run_burst(
         last, last_change = events_at_end, t_end
         while (
             time.monotonic() - last_change < trailing_quiet
-            and time.monotonic() - t_end < phase_timeout
+            and time.monotonic() - t_end < min(phase_timeout, TRAILING_MAX)
         ):
             await asyncio.sleep(0.5)
             now_events = await asyncio.to_thread(event_writes, cp)

@@ -44,6 +44,7 @@ import heapq
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,23 @@ def _masked(value: str) -> str:
     return "<secret:" + hashlib.sha256(value.encode()).hexdigest()[:12] + ">"
 
 
+def _log_chunks(rec: _Record) -> list[bytes]:
+    """A simulated container's log: its command line, then its environment (built when read,
+    not kept per pod)."""
+    chunks = []
+    for name in rec.containers:
+        spec = (rec.extra.get("containers") or {}).get(name)
+        if spec is None:
+            continue
+        chunks.append(
+            f"{name}: ".encode()
+            + " ".join(spec["command"] + spec["args"]).encode()
+            + b"\n"
+            + b"".join(f"{n}={v}\n".encode() for n, v in spec["env"])
+        )
+    return chunks
+
+
 def fake_ip(uid: str) -> str:
     """A stable, never-contacted pod IP derived from the UID (10.88.x.y)."""
     h = hashlib.sha256(uid.encode()).digest()
@@ -161,7 +179,6 @@ class SimulatedTranslator:
             extended={"nvidia.com/gpu": int(merged["gpus"])} if merged.get("gpus") else {},
         )
         self._records: dict[str, _Record] = {}
-        self._logs: dict[str, list[bytes]] = {}
         #: UIDs whose deletion is pending (``_gc`` looks only at these, not at every record).
         self._deleting: set[str] = set()
         #: One set per running ``changes()`` stream: UIDs mutated since its last round.
@@ -253,7 +270,9 @@ class SimulatedTranslator:
         ip = fake_ip(pod.uid)
 
         def sub(text: str) -> str:
-            return text.replace(POD_IP_PLACEHOLDER, ip)
+            # shared: the same env names and values (service links, ...) in every record
+            out = text.replace(POD_IP_PLACEHOLDER, ip)
+            return sys.intern(out) if len(out) <= 64 else out
 
         rec.extra["containers"] = {
             c.name: {
@@ -279,15 +298,6 @@ class SimulatedTranslator:
         self._records[pod.uid] = rec
         self._deleting.discard(pod.uid)
         self._touch(pod.uid)
-        self._logs[pod.uid] = [
-            f"{c.name}: ".encode()
-            + " ".join(
-                rec.extra["containers"][c.name]["command"] + rec.extra["containers"][c.name]["args"]
-            ).encode()
-            + b"\n"
-            + b"".join(f"{n}={v}\n".encode() for n, v in rec.extra["containers"][c.name]["env"])
-            for c in pod.containers
-        ]
         self._save()
         return self._state(rec, rec.created)
 
@@ -387,7 +397,6 @@ class SimulatedTranslator:
         for uid in gone:
             self._deleting.discard(uid)
             if self._records.pop(uid, None) is not None:
-                self._logs.pop(uid, None)
                 self._touch(uid)
         if gone:
             self._save()
@@ -559,7 +568,7 @@ class SimulatedTranslator:
         created = _ts(rec.created) if rec else _dt.datetime.now(_dt.UTC)
         lines = [
             line
-            for chunk in self._logs.get(uid, [])
+            for chunk in (_log_chunks(rec) if rec else [])
             if chunk.startswith(container.encode() + b":")
             for line in chunk.splitlines(keepends=True)
         ]

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The side-by-side comparison in docs/benchmarks.md, regenerated: every agent on one API server
+# per run, N = 200, 1,000 and 10,000, then the plots.  About 35 minutes on 2 cores.
+# Run from the repository root, with the bench extra installed (pip install -e '.[bench]'):
+#     bash bench/compare.sh
+set -uo pipefail  # a run that reports errors (e.g. a timed-out agent) does not stop the rest
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-/tmp/vkgate-bench}
+mkdir -p "$OUT"
+run() { "$PY" -m gateway.devstack.netns -- "$PY" -m bench.pods_burst "$@"; }
+LIFTED=(--set kube.qps=1000 --set kube.burst=2000 --set kube.event_qps=1000 --set kube.event_burst=2000)
+
+# Limits lifted: vkgate against the Go virtual-kubelet library and the client-go floor.
+run --pods 200 --rounds 3 --agents go-floor,go-vk-lib,vkgate "${LIFTED[@]}" \
+    --label lifted --json "$OUT/lifted-200.json" --section burst_lifted_200 --write-docs
+run --pods 1000 --rounds 3 --agents go-floor,go-vk-lib,vkgate "${LIFTED[@]}" \
+    --label lifted --json "$OUT/lifted-1000.json" --profile "$OUT" --section burst_lifted_1000 --write-docs
+run --pods 10000 --rounds 1 --concurrency 100 --timeout 900 --agents go-floor,go-vk-lib,vkgate "${LIFTED[@]}" \
+    --label lifted --json "$OUT/lifted-10000.json" --section burst_lifted_10000 --write-docs
+# Every agent at its own defaults: vkgate against the Go virtual-kubelet command (5 QPS).
+run --pods 200 --rounds 1 --agents go-vk-binary,vkgate \
+    --label defaults --json "$OUT/defaults-200.json" --section burst_defaults_200 --write-docs
+run --pods 1000 --rounds 1 --timeout 300 --agents go-vk-binary,vkgate \
+    --label defaults --json "$OUT/defaults-1000.json" --section burst_defaults_1000 --write-docs
+"$PY" -m bench.plots "$OUT"/*.json --out docs/bench
