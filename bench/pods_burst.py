@@ -124,6 +124,8 @@ class RunResult:
     cpu_trailing: float | None = None
     #: Event writes the agent made after all pods were gone (API server's counters)
     events_trailing: int = 0
+    #: agent CPU per second with every pod Running and nothing happening (``--idle``)
+    idle_core_share: float | None = None
     #: the harness's own CPU over the round (its creates, deletes, watch, scraping)
     harness_cpu: float | None = None
     #: 1-minute load average when the round started and when it ended
@@ -323,6 +325,7 @@ async def run_burst(
     settle: float,
     trailing_quiet: float = 3.0,
     profile: Path | None = None,
+    idle_window: float = 0.0,
 ) -> RunResult:
     run_id = uuid.uuid4().hex[:6]
     node = f"bench-{agent.name}-{run_id}"
@@ -380,6 +383,16 @@ async def run_burst(
             res.writes_create = diff(await asyncio.to_thread(agent.api_writes), agent_before)
             res.rss_running = mid.rss_bytes
             res.cpu_create = cpu_delta(mid.cpu_seconds, idle.cpu_seconds)
+            if idle_window > 0:
+                # Steady state with every pod Running: first let the create phase's Events
+                # finish (their CPU counts as create work), then measure a quiet window.
+                await wait_events_quiet(cp, trailing_quiet, min(phase_timeout, TRAILING_MAX))
+                settled = procstat.sample(agent.pid)
+                res.cpu_create = cpu_delta(settled.cpu_seconds, idle.cpu_seconds)
+                await asyncio.sleep(idle_window)
+                mid = procstat.sample(agent.pid)
+                spent = cpu_delta(mid.cpu_seconds, settled.cpu_seconds)
+                res.idle_core_share = None if spent is None else spent / idle_window
 
             async def delete(i: int) -> None:
                 tracker._times(names[i]).delete_sent = time.monotonic()
@@ -414,19 +427,9 @@ async def run_burst(
         res.cpu_delete = cpu_delta(end.cpu_seconds, mid.cpu_seconds)
         # Trailing work: Events the agent still writes after the last pod is gone.  Wait until
         # the API server has seen no Event write from anyone for ``quiet`` seconds (bounded).
-        t_end = time.monotonic()
-        events_at_end = await asyncio.to_thread(event_writes, cp)
-        last, last_change = events_at_end, t_end
-        while (
-            time.monotonic() - last_change < trailing_quiet
-            and time.monotonic() - t_end < min(phase_timeout, TRAILING_MAX)
-        ):
-            await asyncio.sleep(0.5)
-            now_events = await asyncio.to_thread(event_writes, cp)
-            if now_events != last:
-                last, last_change = now_events, time.monotonic()
-        res.trailing = last_change - t_end
-        res.events_trailing = last - events_at_end
+        res.trailing, res.events_trailing = await wait_events_quiet(
+            cp, trailing_quiet, min(phase_timeout, TRAILING_MAX)
+        )
         trail = procstat.sample(agent.pid)
         res.cpu_trailing = cpu_delta(trail.cpu_seconds, end.cpu_seconds)
         if recorder is not None:
@@ -459,6 +462,20 @@ async def run_burst(
     res.harness_cpu = time.process_time() - harness_cpu0
     res.load = (load0, os.getloadavg()[0])
     return res
+
+
+async def wait_events_quiet(cp: ControlPlane, quiet: float, bound: float) -> tuple[float, int]:
+    """Wait until the API server has seen no Event write for ``quiet`` seconds (at most
+    ``bound``); returns (seconds until the last Event write, Event writes meanwhile)."""
+    t0 = time.monotonic()
+    first = await asyncio.to_thread(event_writes, cp)
+    last, last_change = first, t0
+    while time.monotonic() - last_change < quiet and time.monotonic() - t0 < bound:
+        await asyncio.sleep(0.5)
+        now_events = await asyncio.to_thread(event_writes, cp)
+        if now_events != last:
+            last, last_change = now_events, time.monotonic()
+    return last_change - t0, last - first
 
 
 def event_writes(cp: ControlPlane) -> int:
@@ -517,6 +534,9 @@ def summarize(results: Sequence[RunResult], agent: str) -> dict[str, float | Non
         "trailing": _med([r.trailing for r in rs]),
         "events_trailing": _med([float(r.events_trailing) / r.pods for r in rs]),
         "harness_cpu": _med([r.harness_cpu for r in rs]),
+        "idle_pct": _med(
+            [r.idle_core_share * 100 if r.idle_core_share is not None else None for r in rs]
+        ),
         "rss_idle": _med([r.rss_idle for r in rs]),
         "rss_running": _med([r.rss_running for r in rs]),
         "rss_peak": _med([r.rss_peak for r in rs]),
@@ -602,6 +622,12 @@ def markdown(results: Sequence[RunResult], *, args: argparse.Namespace, machine:
         "rss_peak",
         lambda v: procstat.mib(None if v is None else int(v)),
     )
+    if any(r.idle_core_share is not None for r in results):
+        row(
+            f"agent CPU at rest with {args.pods} pods Running (% of a core)",
+            "idle_pct",
+            lambda v: _fmt(v, " %", 2),
+        )
     row("kube-apiserver CPU during the burst", "apiserver_cpu", s)
     row("etcd CPU during the burst", "etcd_cpu", s)
     row("harness CPU during the round (creates, deletes, watch, scrapes)", "harness_cpu", s)
@@ -757,6 +783,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--json", type=Path, default=None, help="also write every round as JSON (for bench.plots)"
     )
     p.add_argument(
+        "--idle",
+        type=float,
+        default=0.0,
+        help="seconds of steady state to measure with every pod Running (0: none)",
+    )
+    p.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -838,6 +870,7 @@ async def run_all(cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> 
                     concurrency=args.concurrency,
                     phase_timeout=args.timeout,
                     settle=args.settle,
+                    idle_window=args.idle,
                     profile=(
                         args.profile / f"{name}-{args.pods}.raw"
                         if args.profile is not None and name == "vkgate" and rnd == 1
@@ -877,6 +910,7 @@ def write_json(path: Path, results: Sequence[RunResult], args: argparse.Namespac
                 "trailing": r.trailing,
                 "event_outcomes": dict(r.event_outcomes) if r.event_outcomes is not None else None,
                 "harness_cpu": r.harness_cpu,
+                "idle_core_share": r.idle_core_share,
                 "apiserver_cpu": r.apiserver_cpu,
                 "load": r.load,
                 "description": r.description,

@@ -7,6 +7,7 @@ No servers and no timing assertions here: speed lives in ``bench/`` (run by hand
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -156,3 +157,46 @@ def test_multinode_rss_report_and_argument_bounds() -> None:
     for bad in (["--nodes", "2,4"], ["--nodes", "1,99"], ["--nodes", "a"], ["--samples", "0"]):
         with pytest.raises(SystemExit):
             multinode_rss.parse_args(bad)
+
+
+def test_burst_report_counts_trailing_work_pairs_rounds_and_feeds_the_plots(tmp_path: Path) -> None:
+    args = pods_burst.parse_args(["--pods", "10", "--rounds", "2", "--idle", "5"])
+
+    def result(agent: str, rnd: int, scale: float) -> pods_burst.RunResult:
+        r = pods_burst.RunResult(agent, rnd, 10, running_wall=scale, gone_wall=2 * scale)
+        r.cpu_create, r.cpu_delete, r.cpu_trailing = 0.1 * scale, 0.1 * scale, 0.05 * scale
+        r.events_trailing = 20 if agent == "vkgate" else 0
+        r.idle_core_share = 0.01 * scale
+        r.load = (1.0, 1.5)
+        r.rss_running = 100 * 2**20
+        return r
+
+    results = [
+        result("go-floor", 1, 1.0),
+        result("vkgate", 1, 1.5),
+        result("go-floor", 2, 2.0),
+        result("vkgate", 2, 2.0),
+    ]
+    text = pods_burst.markdown(results, args=args, machine=["- machine"])
+    # CPU includes the trailing Events; the floor is the baseline when it ran
+    assert (
+        "| agent CPU per pod (whole burst, Events included) | 37.50 ms | 43.75 ms | 1.17x |" in text
+    )
+    assert "| Event writes per pod after all were gone (trailing) | 0.00 | 2.00 | n/a |" in text
+    assert "| 1 | vkgate | 1.50x | 1.50x | 1.50x | 1.0 → 1.5 |" in text  # paired, round 1
+    assert "| 2 | vkgate | 1.00x | 1.00x | 1.00x | 1.0 → 1.5 |" in text
+    assert "at rest with 10 pods Running (% of a core) | 1.50 % | 1.75 % |" in text
+
+    args.label = "lifted"
+    out = tmp_path / "r.json"
+    pods_burst.write_json(out, results, args)
+    from bench import plots
+
+    rows = json.loads(out.read_text())
+    assert plots.series(rows, "running_wall", 1.0) == {
+        "go-floor (lifted)": [(10, 1.5)],
+        "vkgate (lifted)": [(10, 1.75)],
+    }
+    written = plots.draw(rows, tmp_path / "png")
+    assert sorted(p.name for p in written) == sorted(plots.PLOTS)
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
