@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -24,7 +25,9 @@ class Recorder:
     """``py-spy record`` attached to ``pid`` until ``stop()``."""
 
     def __init__(self, pid: int, out: Path, *, rate: int = 100) -> None:
-        exe = shutil.which("py-spy")
+        # the venv's bin/ is often not on PATH
+        beside = Path(sys.executable).with_name("py-spy")
+        exe = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
         if exe is None:
             raise RuntimeError("py-spy not found: pip install 'vkgate[bench]'")
         self.out = out
