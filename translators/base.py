@@ -419,8 +419,12 @@ class Translator(Protocol):
     async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
         """Apply what can change in place; return False when the change needs a re-create."""
 
-    async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
-        """Stop (TERM, then KILL after grace) and remove.  Not found = done (no error)."""
+    async def delete(self, ref: PodRef, *, grace_seconds: int) -> WorkloadState | None:
+        """Stop (TERM, then KILL after grace) and remove.  Not found = done (no error).
+
+        Returns the workload's final state when it stopped within the call (it is gone
+        then), so the agent can finish the pod at once; None when the stop is under way (its
+        end is reported by ``changes()`` or ``list()``)."""
 
     async def list(self) -> Sequence[WorkloadState]:
         """All workloads this node owns, in ONE bulk call (the reconcile backstop)."""

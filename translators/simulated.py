@@ -305,19 +305,23 @@ class SimulatedTranslator:
         self._check_reachable()
         return True
 
-    async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+    async def delete(self, ref: PodRef, *, grace_seconds: int) -> WorkloadState | None:
         self._check_reachable()
         self.calls["delete"] += 1
         rec = self._records.get(ref.uid)
         if rec is None:
-            return
+            return None
         if rec.deleted_at is None:
             rec.deleted_at = self.clock()
             rec.grace = float(grace_seconds)
             self._deleting.add(ref.uid)
             self._touch(ref.uid)
             self._save()
-        self._gc(self.clock())
+        now = self.clock()
+        stopped = not rec.never_stop and now >= rec.deleted_at + min(rec.stop_seconds, rec.grace)
+        final = self._state(rec, now) if stopped else None
+        self._gc(now)
+        return final  # stopped within the call (sim-stop-seconds 0): gone, here is its end
 
     async def list(self) -> Sequence[WorkloadState]:
         self._check_reachable()

@@ -688,9 +688,19 @@ class PodSync:
 
     # -- delete ------------------------------------------------------------------------------
 
-    async def _backend_delete(self, ref: PodRef, grace: int, pod: Pod | None) -> None:
+    def _workload_gone(self, uid: str) -> None:
+        """The backend no longer has the workload: the cleanup after the pod's DELETED event
+        then sends no second backend delete (and kicks no list to confirm it)."""
+        self.state.workloads.pop(uid, None)
+        self.state.submitted.pop(uid, None)
+
+    async def _backend_delete(
+        self, ref: PodRef, grace: int, pod: Pod | None
+    ) -> WorkloadState | None:
+        """The backend's delete; its final state when the workload stopped within the call."""
+        final: WorkloadState | None = None
         try:
-            await self.translator.delete(ref, grace_seconds=max(0, grace))
+            final = await self.translator.delete(ref, grace_seconds=max(0, grace))
             self.state.stats["backend_deletes"] += 1
         except BackendNotFound:
             pass
@@ -698,7 +708,9 @@ class PodSync:
             if pod is not None:
                 await self.event(pod, "Warning", "ProviderDeleteFailed", f"{self.backend}: {exc}")
             raise
-        self.kick()
+        if final is None:
+            self.kick()
+        return final
 
     async def _sync_deleting(self, pod: Pod) -> None:
         uid = self.state.uid_of(pod)
@@ -711,6 +723,7 @@ class PodSync:
             return
         if st.is_terminal(pod):
             await self._backend_delete(ref, 0, pod)  # purge the stopped workload
+            self._workload_gone(uid)
             await self.final_delete(pod)
             return
         ended = (
@@ -725,6 +738,7 @@ class PodSync:
             await self.write_status(pod, desired)
             if state is not None:
                 await self._backend_delete(ref, 0, pod)
+            self._workload_gone(uid)
             await self.final_delete(pod)
             return
         grace = int(meta.get("deletionGracePeriodSeconds") or 0)
@@ -755,8 +769,17 @@ class PodSync:
                     f"Stopping container {c.get('name')}",
                     f"spec.containers{{{c.get('name')}}}",
                 )
-            await self._backend_delete(ref, stop_grace, pod)
+            final = await self._backend_delete(ref, stop_grace, pod)
             self.state.delete_requested[uid] = stop_grace
+            if final is not None:
+                # stopped within the call: finish now, without waiting for a list to see it gone
+                self._workload_gone(uid)
+                desired = st.deleted(
+                    pod, final, now=self._now(), host_ip=self.host_ip(), backend=self.backend
+                )
+                await self.write_status(pod, desired)
+                await self.final_delete(pod)
+                return
         # Done earlier if the backend reports the end (notifier / kicked reconcile re-queue us);
         # otherwise decide at the deadline.
         raise Retry(delay=max(remaining, 0.0) + FORCE_SLACK + 0.05)

@@ -258,8 +258,8 @@ class Polled:
     async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
         return await self.inner.update(pod, current)
 
-    async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
-        await self.inner.delete(ref, grace_seconds=grace_seconds)
+    async def delete(self, ref: PodRef, *, grace_seconds: int) -> WorkloadState | None:
+        return await self.inner.delete(ref, grace_seconds=grace_seconds)
 
     async def list(self) -> Any:
         return await self.inner.list()

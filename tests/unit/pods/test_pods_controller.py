@@ -186,6 +186,27 @@ async def test_graceful_delete_finishes_before_grace_ends(h: Harness) -> None:
     assert uid not in h.workloads()
 
 
+async def test_a_workload_that_stops_within_the_delete_call_is_finished_at_once(
+    h: Harness,
+) -> None:
+    """The backend's delete returns the final state: status and final DELETE follow at once,
+    without waiting for a list to show the workload gone."""
+    await h.start()
+    h.kube.add(pod("quick-stop"))
+    await run_for(h.clock, 3)
+    assert h.ctl is not None
+    lists = h.ctl.state.stats["lists"]
+    h.kube.user_delete("quick-stop", grace=30)
+    await run_for(h.clock, 0.25)
+    assert h.kube.pod("quick-stop") is None
+    assert h.ctl.state.stats["lists"] == lists  # no list was needed to confirm the stop
+    assert h.ctl.state.stats["backend_deletes"] == 1  # nor a second delete after DELETED
+    [final] = [w for w in h.kube.writes if w[0] == "PATCH" and "status" in w[2]][-1:]
+    [cs] = final[2]["status"]["containerStatuses"]
+    assert cs["state"]["terminated"]["exitCode"] == 143  # the backend's own end, not "lost"
+    assert final[2]["status"]["phase"] == "Failed"
+
+
 async def test_force_delete_at_deadline_when_backend_never_confirms(h: Harness) -> None:
     await h.start()
     h.kube.add(pod("stuck", annotations={"vkgate.io/sim-never-stop": "true"}))
