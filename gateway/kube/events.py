@@ -14,7 +14,8 @@ object go to the ``default`` namespace (as the kubelet does for its Node).
 Once ``start()`` ran (the App does it), ``record`` only enqueues and ``senders`` background
 tasks write the Events, with their own token bucket (kubelet: ``eventRecordQPS``/``eventBurst``):
 a burst of pods never waits on its Events, as with client-go's broadcaster.  Several senders
-keep the bucket, not one request's round trip, the limit; an Event goes to the sender chosen by
+keep the bucket, not one request's round trip, the limit (``senders_for``: one per 25 Events
+per second of budget, at least 4, at most 64); an Event goes to the sender chosen by
 its aggregation key, so repeats of one Event are written in order by one sender (a PATCH never
 races the POST it aggregates into).  The queue is bounded (``queue_size``, default 10,000: the
 4 Events of each of 1,000 pods fit while the bucket drains them at 50/s); when it is full an
@@ -30,6 +31,7 @@ import asyncio
 import contextlib
 import datetime as _dt
 import logging
+import math
 import secrets
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
@@ -59,6 +61,16 @@ def rfc3339(t: _dt.datetime) -> str:
 _Item = tuple[Mapping[str, Any], str, str, str, str]
 
 
+#: Events per second one sender keeps up with (a write's round trip on a busy API server is
+#: about 40 ms); ``senders_for`` sizes the sender pool from the Event budget with it.
+PER_SENDER_QPS = 25.0
+
+
+def senders_for(qps: float) -> int:
+    """Senders needed for the bucket, not the round trip, to be the limit (4 to 64)."""
+    return max(4, min(64, math.ceil(qps / PER_SENDER_QPS))) if qps > 0 else 4
+
+
 class EventRecorder:
     def __init__(
         self,
@@ -71,7 +83,7 @@ class EventRecorder:
         qps: float = 50.0,
         burst: int = 100,
         queue_size: int = 10_000,
-        senders: int = 4,
+        senders: int | None = None,
     ) -> None:
         self.client = client
         self.component = component
@@ -82,7 +94,8 @@ class EventRecorder:
         #: burst of pods does not queue its status writes behind its Events.
         self.limiter = TokenBucket(qps, burst, clock=self.clock)
         self.queue_size = max(1, queue_size)
-        self._queues: list[asyncio.Queue[_Item]] = [asyncio.Queue() for _ in range(max(1, senders))]
+        count = senders_for(qps) if senders is None else max(1, senders)
+        self._queues: list[asyncio.Queue[_Item]] = [asyncio.Queue() for _ in range(count)]
         self._queued = 0
         self._senders: list[asyncio.Task[None]] = []
         #: Outcomes: ``posted`` (new Event), ``aggregated`` (PATCH of a repeat), ``failed`` (the
