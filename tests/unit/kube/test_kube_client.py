@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kube_fakes import SleepRecorder
 
 from gateway.kube import errors as e
 from gateway.kube.client import (
@@ -24,18 +25,6 @@ from gateway.kube.client import (
 from vkgate_core.clock import FakeClock
 
 Handler = Callable[[httpx.Request], Any]
-
-
-class SleepRecorder(FakeClock):
-    """A fake clock whose sleep returns at once but records (and adds) the time slept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.slept: list[float] = []
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self._mono += seconds
 
 
 def client(handler: Handler, clock: FakeClock | None = None, **kw: Any) -> KubeClient:

@@ -15,11 +15,11 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
+from kube_fakes import SleepRecorder
 
 from gateway.kube.client import KubeClient, KubeConfig
 from gateway.kube.errors import ApiError, ApiUnavailable, Conflict
 from gateway.kube.http11 import Http11Pool
-from vkgate_core.clock import FakeClock
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -307,16 +307,6 @@ def test_a_proxy_in_the_environment_sends_through_httpx(monkeypatch: pytest.Monk
     )
 
 
-class Sleeps(FakeClock):
-    def __init__(self) -> None:
-        super().__init__()
-        self.slept: list[float] = []
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self._mono += seconds
-
-
 async def test_the_lean_path_retries_through_the_one_retry_loop() -> None:
     """503 on a GET is repeated (Retry-After honoured), a 500 on a POST is not; each repeated
     attempt takes a token and is counted like the first."""
@@ -333,7 +323,7 @@ async def test_the_lean_path_retries_through_the_one_retry_loop() -> None:
             writer.write(answers.pop(0))
             await writer.drain()
 
-    clock = Sleeps()
+    clock = SleepRecorder()
     async with serving(scripted) as server:
         config = KubeConfig(server=f"http://127.0.0.1:{server.port}")
         async with KubeClient(config, qps=0, burst=1, clock=clock) as client:

@@ -203,6 +203,19 @@ class Stream:
         await asyncio.wait_for(self.task, 1)
 
 
+def count_calls(monkeypatch: pytest.MonkeyPatch, sim: SimulatedTranslator, name: str) -> list[str]:
+    """The UIDs ``sim.<name>(rec, now)`` is called for from now on (it still runs)."""
+    calls: list[str] = []
+    real = getattr(sim, name)
+
+    def counting(rec: Any, now: float) -> Any:
+        calls.append(rec.ref.uid)
+        return real(rec, now)
+
+    monkeypatch.setattr(sim, name, counting)
+    return calls
+
+
 async def test_changes_does_no_per_pod_work_for_unchanged_pods(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -221,14 +234,7 @@ async def test_changes_does_no_per_pod_work_for_unchanged_pods(
     running = await stream.rounds()
     assert len(running) == n + 1 and {st.phase for st in running} == {Phase.RUNNING}
 
-    builds: list[str] = []
-    build = sim._state
-
-    def counting(rec: Any, now: float) -> Any:
-        builds.append(rec.ref.uid)
-        return build(rec, now)
-
-    monkeypatch.setattr(sim, "_state", counting)
+    builds = count_calls(monkeypatch, sim, "_state")
     clock.t += 10
     assert await stream.rounds() == []
     assert builds == []  # several rounds, 301 pods, not one state built
@@ -283,14 +289,7 @@ async def test_list_reuses_states_between_boundaries(monkeypatch: pytest.MonkeyP
     first = await sim.list()
     assert {st.phase for st in first} == {Phase.RUNNING}
 
-    builds: list[str] = []
-    build = sim._build_state
-
-    def counting(rec: Any, now: float) -> Any:
-        builds.append(rec.ref.uid)
-        return build(rec, now)
-
-    monkeypatch.setattr(sim, "_build_state", counting)
+    builds = count_calls(monkeypatch, sim, "_build_state")
     clock.t += 30
     again = await sim.list()
     assert builds == [] and all(a is b for a, b in zip(first, again, strict=True))
