@@ -132,6 +132,8 @@ class NodeUnit:
         # A template change (e.g. a ConfigMap version accepted) retries the pods that failed
         # to translate; the gateway side subscribes, so translators never import gateway.
         renderer.subscribe(self.pods.templates_changed)
+        # Events wait a little while pod work is due (docs/design/kube-client.md).
+        self.events.busy = self.pods.queue.busy
         #: gateway.kubelet server; its plain-HTTP metrics endpoint is the App's.
         self.kubelet: KubeletServer | None = None
         if settings.kubelet.enabled:

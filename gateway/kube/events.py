@@ -34,7 +34,7 @@ import logging
 import math
 import secrets
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,9 @@ _Item = tuple[Mapping[str, Any], str, str, str, str]
 #: Events per second one sender keeps up with (a write's round trip on a busy API server is
 #: about 40 ms); ``senders_for`` sizes the sender pool from the Event budget with it.
 PER_SENDER_QPS = 25.0
+#: The longest an Event waits for pod work to finish, and how often it looks again.
+YIELD_MAX = 2.0
+YIELD_STEP = 0.05
 
 
 def senders_for(qps: float) -> int:
@@ -102,6 +105,9 @@ class EventRecorder:
         #: API refused or was unreachable), ``dropped`` (the queue was full).
         self.counts: Counter[str] = Counter()
         self._seen: OrderedDict[tuple[str, str, str, str, str], _Seen] = OrderedDict()
+        #: True while pod work is waiting (the node's pod queue sets it); senders then hold
+        #: Events back a little so status writes go first.
+        self.busy: Callable[[], bool] | None = None
 
     async def record(
         self,
@@ -159,6 +165,7 @@ class EventRecorder:
         while True:
             item = await queue.get()
             try:
+                await self._yield_to_pods()
                 await self._send(item)
             except asyncio.CancelledError:  # stopped while it waited for the bucket
                 self.counts["dropped"] += 1
@@ -166,6 +173,17 @@ class EventRecorder:
             finally:
                 self._queued -= 1
                 queue.task_done()
+
+    async def _yield_to_pods(self) -> None:
+        """Hold an Event back (at most ``YIELD_MAX`` s) while ``busy()`` says pod work waits:
+        a pod's status is what its user waits for; its Events may trail it
+        (docs/design/kube-client.md, "Events yield to pod work")."""
+        if self.busy is None:
+            return
+        waited = 0.0
+        while waited < YIELD_MAX and self.busy():
+            await self.clock.sleep(YIELD_STEP)
+            waited += YIELD_STEP
 
     @staticmethod
     def _key(item: _Item) -> tuple[str, str, str, str, str]:

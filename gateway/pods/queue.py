@@ -160,6 +160,18 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._due)
 
+    def busy(self) -> bool:
+        """Work waiting now: a key being processed, or one that is due."""
+        if self._processing:
+            return True
+        while self._heap:
+            due, _, key = self._heap[0]
+            if self._due.get(key) != due:
+                heapq.heappop(self._heap)  # stale, as in ``get``
+                continue
+            return due <= self.clock.monotonic()
+        return False
+
     def __contains__(self, key: object) -> bool:
         return key in self._due or key in self._dirty
 

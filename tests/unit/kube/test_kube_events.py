@@ -293,3 +293,26 @@ async def test_several_senders_write_concurrently_and_repeats_stay_in_order():
     assert len([r for r in requests if r == ("POST", "Started")]) == 40
     assert [m for m, r in requests if r == "BackOff"] == ["POST"]
     assert recorder.counts["aggregated"] == 2
+
+
+async def test_senders_hold_events_back_while_pod_work_is_due(server: Server) -> None:
+    """An Event waits (at most YIELD_MAX) while ``busy()``; then it is written."""
+    from gateway.kube.events import YIELD_MAX
+
+    clock = FakeClock()
+    rec = EventRecorder(make_client(server, clock, qps=0), host="vk-1", clock=clock)
+    busy = [True]
+    rec.busy = lambda: busy[0]
+    await rec.start()
+    await rec.record(POD, type="Normal", reason="Created", message="m")
+    await run_for(clock, YIELD_MAX / 2)
+    assert server.requests == []  # held back: pod work is due
+    busy[0] = False
+    await run_for(clock, 0.2)
+    assert [b["reason"] for _, _, b in server.requests] == ["Created"]
+
+    busy[0] = True  # pod work never ends: the Event goes out after YIELD_MAX anyway
+    await rec.record(POD, type="Normal", reason="Started", message="m")
+    await run_for(clock, YIELD_MAX + 0.3)
+    assert [b["reason"] for _, _, b in server.requests] == ["Created", "Started"]
+    await rec.stop()

@@ -194,3 +194,19 @@ def test_the_one_backoff_jitters_down_by_default_and_up_as_a_floor() -> None:
     u = [up.delay(n, rng) for n in (1, 2, 3, 4, 5) for _ in range(50)]
     assert min(d) >= 5 and max(d) <= 40 and min(d) < 10  # shortened, never above cap
     assert min(u) >= 10 and max(u) <= 40 and max(u[:50]) > 10  # lengthened, never above cap
+
+
+async def test_busy_means_work_due_or_in_progress_not_work_scheduled_later() -> None:
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    assert not q.busy()
+    q.add("later", delay=5)
+    assert not q.busy()  # queued for later: nothing to do now
+    q.add("now")
+    assert q.busy()
+    key = await q.get()
+    assert key == "now" and q.busy()  # in progress
+    q.done(key)
+    assert not q.busy()
+    await clock.advance(5)
+    assert q.busy()
