@@ -326,6 +326,10 @@ class PodSync:
         if patch is None:
             return False
         transitions = st.transition_events(base, desired)
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            # containers stopped because the pod is being deleted: "Killing" said it; an exit
+            # code from that stop (143, 137) is not a failure to warn about
+            transitions = [t for t in transitions if t[1] != "Failed"]
         try:
             resp = await self.kube.patch(f"{self._path(pod)}/status", patch, patch_type="strategic")
         except NotFound:

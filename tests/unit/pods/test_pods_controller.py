@@ -205,6 +205,7 @@ async def test_a_workload_that_stops_within_the_delete_call_is_finished_at_once(
     [cs] = final[2]["status"]["containerStatuses"]
     assert cs["state"]["terminated"]["exitCode"] == 143  # the backend's own end, not "lost"
     assert final[2]["status"]["phase"] == "Failed"
+    assert h.kube.events("Failed") == []  # stopped by the delete: Killing, not a failure
 
 
 async def test_force_delete_at_deadline_when_backend_never_confirms(h: Harness) -> None:
