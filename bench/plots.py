@@ -36,7 +36,12 @@ def series(
     points: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         value = r.get(key)
-        if r.get("error") or value is None or value != value:  # NaN
+        error = str(r.get("error") or "")
+        # a round that did not get every pod Running says nothing about any of these; one that
+        # did not get them all gone still timed its creates and its RSS, not its whole CPU
+        if "Running" in error or (error and key == "cpu_per_pod_ms"):
+            continue
+        if value is None or value != value:  # NaN
             continue
         name = f"{r['agent']} ({r['label']})" if r.get("label") else str(r["agent"])
         points[name][int(r["pods"])].append(float(value) * scale)

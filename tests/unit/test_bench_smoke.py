@@ -200,3 +200,27 @@ def test_burst_report_counts_trailing_work_pairs_rounds_and_feeds_the_plots(tmp_
     written = plots.draw(rows, tmp_path / "png")
     assert sorted(p.name for p in written) == sorted(plots.PLOTS)
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+def test_plots_keep_the_creates_of_a_round_whose_deletes_timed_out() -> None:
+    from bench import plots
+
+    rows = [
+        {
+            "agent": "slow",
+            "label": "",
+            "pods": 10,
+            "running_wall": 5.0,
+            "cpu_per_pod_ms": 1.0,
+            "error": "not all gone after 300s",
+        },
+        {
+            "agent": "stuck",
+            "label": "",
+            "pods": 10,
+            "running_wall": 300.0,
+            "error": "not all Running after 300s",
+        },
+    ]
+    assert plots.series(rows, "running_wall", 1.0) == {"slow": [(10, 5.0)]}
+    assert plots.series(rows, "cpu_per_pod_ms", 1.0) == {}
