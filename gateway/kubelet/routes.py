@@ -58,6 +58,10 @@ class PodLookup(Protocol):
 
     def pods(self) -> list[Pod]: ...
 
+    def finished(self, uid: str) -> bool:
+        """True once the agent sent the pod's final delete (its cached copy may lag)."""
+        ...
+
 
 def backend_http_error(exc: TranslatorError) -> HttpError:
     """The one mapping from translator errors to kubelet API statuses."""
@@ -300,6 +304,8 @@ class KubeletAPI:
     async def running_pods(self, req: Request, ex: Exchange, args: list[str]) -> None:
         items = []
         for p in self._node_pods():
+            if self.pods.finished(str((p.get("metadata") or {}).get("uid", ""))):
+                continue  # deleted by us; the watch has not told the cache yet
             status = p.get("status") or {}
             running = [
                 c

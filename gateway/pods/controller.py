@@ -147,6 +147,9 @@ class PodController:
     def pods(self) -> list[Pod]:
         return list(self.reflector.store.values())
 
+    def finished(self, uid: str) -> bool:
+        return uid in self.state.finished
+
     @property
     def stats(self) -> Mapping[str, int]:
         return self.state.stats

@@ -188,6 +188,9 @@ class PodState:
     written: dict[str, _Written] = field(default_factory=dict)
     #: pod UID -> grace period we asked the backend to stop with.
     delete_requested: dict[str, int] = field(default_factory=dict)
+    #: UIDs whose final delete was sent (until the pod's cleanup): the kubelet API's running
+    #: pods leave them out even while the cache still holds the pod.
+    finished: set[str] = field(default_factory=set)
     #: UIDs the reconcile found missing from the backend.
     lost: set[str] = field(default_factory=set)
     #: pod UID -> container -> runs before its workload was re-created (restartCount base).
@@ -261,6 +264,7 @@ class PodState:
         ):
             table.pop(uid, None)
         self.lost.discard(uid)
+        self.finished.discard(uid)
         self.refs_changed.discard(uid)
         self.warned_ephemeral.pop(uid, None)
 
@@ -379,6 +383,7 @@ class PodSync:
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
             await self.kube.delete(self._path(pod), body=body)
+            self.state.finished.add(uid)
             self.state.stats["final_deletes"] += 1
             log.info("pod %s deleted (uid %s)", pod_key(pod), uid)
         except (NotFound, Conflict):

@@ -232,6 +232,10 @@ class DictPods:
 
     def __init__(self, *pods: dict[str, Any]) -> None:
         self.by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
+        self.finished_uids: set[str] = set()
+
+    def finished(self, uid: str) -> bool:
+        return uid in self.finished_uids
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.by_key.get(f"{namespace}/{name}")

@@ -12,7 +12,7 @@ import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -605,6 +605,16 @@ async def test_pods_lists_only_this_node(env: Env) -> None:
     assert r.headers["content-type"] == "application/json"
     assert [p["metadata"]["name"] for p in r.json()["items"]] == ["p"]
     assert rp.json()["items"][0]["spec"]["containers"][0]["name"] == "app"
+
+
+async def test_runningpods_leaves_out_a_pod_whose_final_delete_was_sent(env: Env) -> None:
+    """The cache keeps the pod until the watch's DELETED arrives; running pods do not."""
+    cast(DictPods, env.server.api.pods).finished_uids.add("uid-1")
+    async with env.http() as c:
+        rp = await c.get("/runningpods/")
+        r = await c.get("/pods")
+    assert rp.json()["items"] == []
+    assert [p["metadata"]["name"] for p in r.json()["items"]] == ["p"]  # the cache, as it is
 
 
 async def test_unknown_path_is_404_and_wrong_method_405(env: Env) -> None:
