@@ -21,16 +21,21 @@ GOMOD_ROOT = Path(__file__).with_name("gomod")
 
 K8S_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
-NOMAD_VERSION = "1.11.3"
-NOMAD_COMMIT = "173ab08a0210"
+NOMAD_VERSION = "1.6.3"
+NOMAD_COMMIT = "e0497bff1437"
 METRICS_SERVER_VERSION = "0.9.0"
 VK_VERSION = "1.13.0"
 HELM_VERSION = "3.22.0"
 
-#: The pseudo-version of the v1.11.3 tag commit (v0.0.0-20260311091027-173ab08a0210) is refused by
-#: the module proxy ("403 This module version is not available"); this is the newest api
-#: pseudo-version it serves, and Nomad 1.11.3 builds and runs with it (the api package only grows).
-NOMAD_API_VERSION = "v0.0.0-20260907080526-08ef8f3d26da"
+#: Nomad is built from v1.6.3, the newest release under the MPL-2.0: from v1.7.0 on
+#: github.com/hashicorp/nomad is under the Business Source License, which is not an open-source
+#: licence (docs/licences.md; the lint tier's licence check refuses >= 1.7.0 by version).
+#: v1.6.3's own go.mod replaces the api module with ``./api``, which does not apply when Nomad is
+#: a dependency: this is the api module at the v1.6.3 tag commit, as the module proxy serves it.
+NOMAD_API_VERSION = "v0.0.0-20231030125810-e0497bff1437"
+
+#: The oldest Nomad release a newer one must not be built at (BUSL-1.1 from here on).
+NOMAD_FIRST_BUSL = (1, 7, 0)
 
 #: Staging modules of k8s.io/kubernetes 1.36/1.37 (docs/design/control-plane.md, "Kubernetes").
 K8S_STAGING = (
@@ -160,10 +165,13 @@ def nomad(version: str = NOMAD_VERSION) -> Module:
         version=version,
         binaries=(Binary("nomad", "github.com/hashicorp/nomad"),),
         requires=(f"github.com/hashicorp/nomad v{version}",),
+        # The replaces of Nomad's own go.mod at v1.6.3 (its ``./api`` one as a module version).
         replaces=(
             "github.com/Microsoft/go-winio => github.com/endocrimes/go-winio "
             "v0.4.13-0.20190628114223-fb47a8b41948",
-            "github.com/hashicorp/hcl => github.com/hashicorp/hcl v1.0.1-nomad-1",
+            "github.com/hashicorp/hcl => github.com/hashicorp/hcl v1.0.1-0.20201016140508-a07e7d50bbee",
+            "github.com/armon/go-metrics => github.com/armon/go-metrics "
+            "v0.0.0-20230509193637-d9ca9af9f1f9",
             f"github.com/hashicorp/nomad/api => github.com/hashicorp/nomad/api {NOMAD_API_VERSION}",
         ),
         get=(f"github.com/hashicorp/nomad@v{version}",),
