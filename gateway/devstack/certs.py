@@ -99,7 +99,8 @@ def _key_usage(*, ca: bool) -> x509.KeyUsage:
     )
 
 
-def _new_ca(directory: Path, stem: str, cn: str) -> _Issuer:
+def new_ca(directory: Path, stem: str, cn: str) -> _Issuer:
+    """A self-signed CA, written as ``<stem>.crt``/``<stem>.key`` (``files``)."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = _dt.datetime.now(_dt.UTC)
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
@@ -212,12 +213,12 @@ class Pki:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self._serving_ca = _new_ca(directory, "serving-ca", "vkgate-dev-serving-ca")
-        self._client_ca = _new_ca(directory, "client-ca", "vkgate-dev-client-ca")
-        self._kubelet_client_ca = _new_ca(
+        self._serving_ca = new_ca(directory, "serving-ca", "vkgate-dev-serving-ca")
+        self._client_ca = new_ca(directory, "client-ca", "vkgate-dev-client-ca")
+        self._kubelet_client_ca = new_ca(
             directory, "kubelet-client-ca", "vkgate-dev-kubelet-client-ca"
         )
-        self._kubelet_serving_ca = _new_ca(
+        self._kubelet_serving_ca = new_ca(
             directory, "kubelet-serving-ca", "vkgate-dev-kubelet-serving-ca"
         )
         self.apiserver = issue(
@@ -240,7 +241,7 @@ class Pki:
         self.admin = self.client_cert(ADMIN_USER, ("system:masters",), stem="admin")
         # The aggregation layer's front proxy (kube-apiserver --requestheader-*/--proxy-client-*):
         # its own CA, separate from the client CA, as kubeadm does.
-        self._front_proxy_ca = _new_ca(directory, "front-proxy-ca", "vkgate-dev-front-proxy-ca")
+        self._front_proxy_ca = new_ca(directory, "front-proxy-ca", "vkgate-dev-front-proxy-ca")
         self.front_proxy_client = issue(
             self._front_proxy_ca,
             directory,

@@ -76,6 +76,28 @@ def add_loopback_address(ip: str) -> None:
         raise RuntimeError(f"ip addr add {ip}/32 dev lo: {proc.stderr.strip()}")
 
 
+def add_veth_address(name: str, ip: str) -> None:
+    """Give ``ip``/32 its own interface ``name`` (one end of a veth pair whose peer stays in the
+    namespace), for a process that fingerprints one interface as its address — a Nomad client
+    (docs/design/nomad.md, "The e2e cluster").  Like ``add_loopback_address`` it refuses outside
+    the test-made namespace; an existing interface is reused."""
+    if not isolated():
+        raise RuntimeError(f"refusing to add {name} ({ip}) outside the e2e network namespace")
+    exe = shutil.which("ip")
+    if exe is None:
+        raise RuntimeError("the `ip` command (iproute2) is needed to add an interface")
+
+    def ip_cmd(*args: str, ok: str = "") -> None:
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, check=False)
+        if proc.returncode != 0 and not (ok and ok in proc.stderr):
+            raise RuntimeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+    ip_cmd("link", "add", name, "type", "veth", "peer", "name", f"{name}p", ok="File exists")
+    ip_cmd("addr", "add", f"{ip}/32", "dev", name, ok="File exists")
+    ip_cmd("link", "set", name, "up")
+    ip_cmd("link", "set", f"{name}p", "up")
+
+
 def can_unshare() -> str:
     """Empty string when ``unshare --net`` works here, else why not."""
     if os.geteuid() != 0:

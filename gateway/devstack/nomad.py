@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from gateway.devstack.controlplane import binary
 from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
 
@@ -109,6 +111,14 @@ class NomadAgent:
     def nodes(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.get("/v1/nodes")
         return result
+
+    def backend_settings(self) -> dict[str, Any]:
+        """``[backend.nomad]`` keys for a vkgate node on this agent (no ACLs, plain HTTP)."""
+        return {"address": self.address}
+
+    def http_client(self, *, timeout: float = 10.0) -> httpx.Client:
+        """An httpx client on the agent's HTTP API."""
+        return httpx.Client(base_url=self.address, timeout=timeout, trust_env=False)
 
     def restart_after_crash(self, *, timeout: float = 90.0) -> float:
         """``kill -9`` the agent (and its tasks), start it again on the same ports and wait for

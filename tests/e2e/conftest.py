@@ -32,8 +32,8 @@ from gateway.devstack import netns
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
 from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image
-from gateway.devstack.nomad import NomadAgent, launch_nomad
-from gateway.devstack.process import BinaryUnavailable
+from gateway.devstack.nomad_cluster import NomadCluster, launch_nomad_cluster
+from gateway.devstack.process import BinaryUnavailable, DevstackError
 from gateway.devstack.tools import find_kubectl
 
 __all__ = ["make_kubectl", "unavailable", "wait_until"]
@@ -151,19 +151,6 @@ def cluster_kubectl(cluster: ControlPlane, kubectl_path: Path) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
-def nomad_agent() -> Iterator[NomadAgent]:
-    """A ``nomad agent -dev`` on loopback ports with raw_exec; ``.address``, ``.datacenter``."""
-    try:
-        agent = launch_nomad()
-    except BinaryUnavailable as exc:
-        unavailable(str(exc).splitlines()[0])
-    try:
-        yield agent
-    finally:
-        agent.stop()
-
-
-@pytest.fixture(scope="session")
 def dockerd() -> Iterator[Dockerd]:
     """A private dockerd (temp dir, unix socket, no network plumbing) holding ``busybox:1.36``,
     imported from Debian's static busybox: nothing is ever pulled."""
@@ -179,16 +166,33 @@ def dockerd() -> Iterator[Dockerd]:
 
 
 @pytest.fixture(scope="session")
-def docker_nomad(dockerd: Dockerd) -> Iterator[NomadAgent]:
-    """A second ``nomad agent -dev`` whose docker driver talks to ``dockerd``."""
+def nomad_cluster(dockerd: Dockerd) -> Iterator[NomadCluster]:
+    """Nomad as production runs it (docs/design/nomad.md, "The e2e cluster"): one server and
+    two clients (198.51.100.21 with raw_exec + docker, class-a; .22 with raw_exec, class-b),
+    ACLs on, HTTP and RPC over mutual TLS.  ``backend_settings()`` carries the token minted
+    from deploy/nomad/vkgate-policy.hcl; tests read with the management token."""
     try:
-        agent = launch_nomad(docker_host=dockerd.host)
+        cluster = launch_nomad_cluster(docker_host=dockerd.host)
     except BinaryUnavailable as exc:
         unavailable(str(exc).splitlines()[0])
+    except DevstackError as exc:
+        unavailable(f"nomad cluster: {str(exc).splitlines()[0]}")
     try:
-        yield agent
+        yield cluster
     finally:
-        agent.stop()
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def nomad_agent(nomad_cluster: NomadCluster) -> NomadCluster:
+    """The Nomad the raw_exec tests run on: the e2e cluster."""
+    return nomad_cluster
+
+
+@pytest.fixture(scope="session")
+def docker_nomad(nomad_cluster: NomadCluster) -> NomadCluster:
+    """The Nomad the docker tests run on: the same cluster (client 1 has the docker driver)."""
+    return nomad_cluster
 
 
 StartGateway = Callable[..., GatewayProcess]

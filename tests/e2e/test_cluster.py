@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from waiting import wait_until
 
@@ -30,12 +29,12 @@ PROVIDER_TAINT = "virtual-kubelet.io/provider"
 TOLERATE_PROVIDER = {"key": PROVIDER_TAINT, "operator": "Exists"}
 
 
-def nomad_gateway(start: Callable[..., GatewayProcess], address: str) -> GatewayProcess:
+def nomad_gateway(start: Callable[..., GatewayProcess], agent: Any) -> GatewayProcess:
     return start(
         {
             "backend": {
                 "kind": "nomad",
-                "nomad": {"address": address, "template": "nomad/raw_exec.j2"},
+                "nomad": {**agent.backend_settings(), "template": "nomad/raw_exec.j2"},
             }
         }
     )
@@ -56,9 +55,9 @@ def script_pod(name: str, ns: str, node_name: str, script: str) -> dict[str, Any
     }
 
 
-def owned_jobs(address: str, node: str) -> list[dict[str, Any]]:
+def owned_jobs(agent: Any, node: str) -> list[dict[str, Any]]:
     """The Nomad jobs vkgate's node ``node`` owns that are not stopped."""
-    with httpx.Client(base_url=address, timeout=10, trust_env=False) as c:
+    with agent.http_client() as c:
         stubs = c.get("/v1/jobs", params={"namespace": "*", "meta": "true"}).json()
     return [
         s
@@ -137,7 +136,7 @@ def test_deployment_is_scheduled_onto_the_node_and_scales_to_zero_on_nomad(
     nomad_agent: Any,
     ns: str,
 ) -> None:
-    gw = nomad_gateway(start_cluster_gateway, nomad_agent.address)
+    gw = nomad_gateway(start_cluster_gateway, nomad_agent)
     # the node lifecycle controller lifts not-ready once the node reports Ready
     wait_until(
         "not-ready taint lifted",
@@ -159,13 +158,11 @@ def test_deployment_is_scheduled_onto_the_node_and_scales_to_zero_on_nomad(
         assert p["spec"]["nodeName"] == gw.node_name  # set by kube-scheduler, not by the test
         scheduled = [c for c in p["status"]["conditions"] if c["type"] == "PodScheduled"]
         assert scheduled and scheduled[0]["status"] == "True"
-    assert len(owned_jobs(nomad_agent.address, gw.node_name)) == 3
+    assert len(owned_jobs(nomad_agent, gw.node_name)) == 3
 
     cluster_kubectl("scale", "deployment/web", "-n", ns, "--replicas=0")
     wait_until("pods gone", lambda: not pods(cluster, ns, "app%3Dweb"), timeout=90)
-    wait_until(
-        "Nomad jobs gone", lambda: not owned_jobs(nomad_agent.address, gw.node_name), timeout=30
-    )
+    wait_until("Nomad jobs gone", lambda: not owned_jobs(nomad_agent, gw.node_name), timeout=30)
 
 
 def test_job_runs_to_complete_on_nomad(
@@ -175,7 +172,7 @@ def test_job_runs_to_complete_on_nomad(
     nomad_agent: Any,
     ns: str,
 ) -> None:
-    gw = nomad_gateway(start_cluster_gateway, nomad_agent.address)
+    gw = nomad_gateway(start_cluster_gateway, nomad_agent)
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -223,7 +220,7 @@ def test_default_service_account_token_volume_is_readable_on_nomad(
     """ServiceAccount admission adds ``kube-api-access-*`` (token via TokenRequest, ca.crt from
     ``kube-root-ca.crt``, namespace via the downward API), exactly as in a real cluster; raw_exec
     writes volume files under the task's secrets dir (templates/nomad/raw_exec.j2)."""
-    gw = nomad_gateway(start_cluster_gateway, nomad_agent.address)
+    gw = nomad_gateway(start_cluster_gateway, nomad_agent)
     script = (
         "d=$(ls -d $NOMAD_SECRETS_DIR/vkgate/kube-api-access-*); "
         "echo token=$(cat $d/token); echo ns=$(cat $d/namespace); "
@@ -264,9 +261,7 @@ def test_default_service_account_token_volume_is_readable_on_nomad(
     assert review["status"]["authenticated"] is True
     assert review["status"]["user"]["username"] == f"system:serviceaccount:{ns}:default"
     cluster_kubectl("delete", "pod", "reader", "-n", ns, "--grace-period=0", "--force")
-    wait_until(
-        "Nomad job gone", lambda: not owned_jobs(nomad_agent.address, gw.node_name), timeout=60
-    )
+    wait_until("Nomad job gone", lambda: not owned_jobs(nomad_agent, gw.node_name), timeout=60)
 
 
 def _b64url(part: str) -> bytes:
@@ -384,7 +379,7 @@ def test_kubectl_top_shows_numbers_for_idle_and_busy_nomad_pods(
     nomad_agent: Any,
     ns: str,
 ) -> None:
-    gw = nomad_gateway(start_cluster_gateway, nomad_agent.address)
+    gw = nomad_gateway(start_cluster_gateway, nomad_agent)
     scripts = {
         "idle": "exec sleep 600",
         # bounded, so that a failed run cannot leave a core busy for the rest of the tier
@@ -434,6 +429,4 @@ def test_kubectl_top_shows_numbers_for_idle_and_busy_nomad_pods(
     )
     # the Nomad agent is shared by the session: stop the burner before the next test
     cluster_kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force")
-    wait_until(
-        "Nomad jobs gone", lambda: not owned_jobs(nomad_agent.address, gw.node_name), timeout=60
-    )
+    wait_until("Nomad jobs gone", lambda: not owned_jobs(nomad_agent, gw.node_name), timeout=60)

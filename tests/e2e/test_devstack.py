@@ -6,15 +6,21 @@ import contextlib
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from gateway.devstack import build
+from gateway.devstack.components import NOMAD_VERSION
 from gateway.devstack.controlplane import ControlPlane, start_control_plane
-from gateway.devstack.nomad import NomadAgent, start_nomad
+from gateway.devstack.nomad import start_nomad
+from gateway.devstack.nomad_cluster import NomadCluster
 
 
 def _gone(pid: int) -> bool:
@@ -79,22 +85,59 @@ def test_pods_are_admitted_without_service_accounts(kubectl) -> None:
         kubectl("delete", "pod", "harness-sa-check", "--grace-period=0", "--force", check=False)
 
 
-def test_nomad_agent_has_a_ready_node_with_raw_exec(nomad_agent: NomadAgent) -> None:
-    assert nomad_agent.address.startswith("http://127.0.0.1:")
-    assert nomad_agent.get("/v1/status/leader")
-    nodes = nomad_agent.nodes()
-    ready = [n for n in nodes if n["Status"] == "ready"]
-    assert len(ready) == 1
-    assert ready[0]["Datacenter"] == nomad_agent.datacenter
-    node = nomad_agent.get(f"/v1/node/{ready[0]['ID']}")
-    raw_exec = node["Drivers"]["raw_exec"]
-    assert raw_exec["Detected"] and raw_exec["Healthy"]
-    # Denied drivers and cloud fingerprinters never ran.
-    assert not node["Drivers"].get("docker", {}).get("Detected", False)
-    assert not any(
-        k.startswith(("platform.aws", "platform.gce", "unique.platform"))
-        for k in node["Attributes"]
-    )
+def test_dev_nomad_agent_has_a_ready_node_with_raw_exec() -> None:
+    """The ``-dev`` agent of ``vkgate dev``: one node, raw_exec, no cloud fingerprinting."""
+    with start_nomad() as nomad_agent:
+        assert nomad_agent.address.startswith("http://127.0.0.1:")
+        assert nomad_agent.get("/v1/status/leader")
+        nodes = nomad_agent.nodes()
+        ready = [n for n in nodes if n["Status"] == "ready"]
+        assert len(ready) == 1
+        assert ready[0]["Datacenter"] == nomad_agent.datacenter
+        node = nomad_agent.get(f"/v1/node/{ready[0]['ID']}")
+        assert node["Attributes"]["nomad.version"] == NOMAD_VERSION
+        raw_exec = node["Drivers"]["raw_exec"]
+        assert raw_exec["Detected"] and raw_exec["Healthy"]
+        # Denied drivers and cloud fingerprinters never ran.
+        assert not node["Drivers"].get("docker", {}).get("Detected", False)
+        assert not any(
+            k.startswith(("platform.aws", "platform.gce", "unique.platform"))
+            for k in node["Attributes"]
+        )
+
+
+def test_e2e_nomad_cluster_runs_as_production_does(nomad_cluster: NomadCluster) -> None:
+    """One server, two clients on their own addresses, ACLs on, mutual TLS; vkgate's token is
+    the shipped policy's and no more (docs/design/nomad.md, "The e2e cluster")."""
+    c = nomad_cluster
+    assert c.address.startswith("https://127.0.0.1:")
+    assert c.get("/v1/status/leader")
+    nodes = {n["Name"]: c.get(f"/v1/node/{n['ID']}") for n in c.nodes() if n["Status"] == "ready"}
+    assert set(nodes) == {cl.name for cl in c.clients}
+    for cl in c.clients:
+        node = nodes[cl.name]
+        assert node["Attributes"]["nomad.version"] == NOMAD_VERSION
+        assert node["HTTPAddr"].rsplit(":", 1)[0] == cl.ip
+        assert node["Attributes"]["unique.network.ip-address"] == cl.ip
+        assert node["NodeClass"] == cl.node_class
+        assert node["Meta"]["vkgate-client"] == cl.meta["vkgate-client"]
+        assert node["TLSEnabled"] is True
+        assert bool(node["Drivers"].get("docker", {}).get("Healthy")) == ("docker" in cl.drivers)
+        assert node["Drivers"]["raw_exec"]["Healthy"]
+    # ACLs: anonymous is refused; the policy's token lists jobs but cannot manage ACLs.
+    with pytest.raises(urllib.error.HTTPError) as anon:
+        c.request("GET", "/v1/jobs", token="00000000-0000-0000-0000-000000000000")
+    assert anon.value.code == 403
+    assert isinstance(c.request("GET", "/v1/jobs", token=c.token), list)
+    with pytest.raises(urllib.error.HTTPError) as acl:
+        c.request("GET", "/v1/acl/tokens", token=c.token)
+    assert acl.value.code == 403
+    # TLS: plain HTTP is not served, and a client without a certificate is refused.
+    with pytest.raises((urllib.error.URLError, OSError)):
+        urllib.request.urlopen(c.address.replace("https", "http") + "/v1/status/leader", timeout=5)
+    bare = ssl.create_default_context(cafile=str(c.tls.ca_file))
+    with pytest.raises((urllib.error.URLError, OSError)):
+        urllib.request.urlopen(c.local_address + "/v1/status/leader", timeout=5, context=bare)
 
 
 def test_control_plane_teardown_leaves_no_process_or_dir() -> None:

@@ -12,7 +12,6 @@ import time
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 from conftest import wait_until
 
@@ -25,8 +24,8 @@ def holder(cp: Any, node: str) -> str:
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
-def nomad_jobs(address: str) -> dict[str, list[dict[str, Any]]]:
-    with httpx.Client(base_url=address, timeout=10) as c:
+def nomad_jobs(agent: Any) -> dict[str, list[dict[str, Any]]]:
+    with agent.http_client() as c:
         stubs = c.get("/v1/jobs", params={"meta": "true"}).json()
     by_uid: dict[str, list[dict[str, Any]]] = {}
     for stub in stubs:
@@ -78,7 +77,7 @@ def test_standby_takes_over_within_15s_adopts_and_creates_no_duplicate(
         "ha": {"enabled": True},
         "backend": {
             "kind": "nomad",
-            "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+            "nomad": {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"},
         },
     }
     a = start_gateway(settings, node_name=node)
@@ -100,7 +99,7 @@ def test_standby_takes_over_within_15s_adopts_and_creates_no_duplicate(
         ),
     )
     wait_until("3 pods Running", lambda: list(phases(kubectl, ns).values()) == ["Running"] * 3)
-    before = nomad_jobs(nomad_agent.address)
+    before = nomad_jobs(nomad_agent)
     uids = {
         i["metadata"]["uid"]
         for i in json.loads(kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
@@ -122,7 +121,7 @@ def test_standby_takes_over_within_15s_adopts_and_creates_no_duplicate(
     # B adopted A's jobs: the same three jobs, none re-submitted, and the pods stay Running.
     wait_until("adoption", lambda: "adopted" in b.log_text()[standby_log_before:], timeout=30)
     time.sleep(3)
-    after = nomad_jobs(nomad_agent.address)
+    after = nomad_jobs(nomad_agent)
     for u in uids:
         assert len(after[u]) == 1, f"pod {u}: {len(after[u])} jobs"
         assert after[u][0]["CreateIndex"] == before[u][0]["CreateIndex"]

@@ -82,7 +82,7 @@ def gateway(
             "backend": {
                 "kind": "nomad",
                 "nomad": {
-                    "address": nomad_agent.address,
+                    **nomad_agent.backend_settings(),
                     "template": "nomad/raw_exec.j2",
                     # quick restarts for the --previous test
                     "restart_delay": "1s",

@@ -87,7 +87,7 @@ def docker_gateway(
 ) -> Iterator[GatewayProcess]:
     # the default template, nomad/job.j2 (docker); quick restarts for the OOM test
     nomad = {
-        "address": docker_nomad.address,
+        **docker_nomad.backend_settings(),
         "restart_delay": "2s",
         "restart_attempts": 5,
         "restart_interval": "1m",
@@ -99,7 +99,7 @@ def docker_gateway(
 def raw_gateway(
     control_plane: Any, nomad_agent: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    nomad = {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"}
+    nomad = {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"}
     yield from running_gateway(control_plane, tmp_path_factory.mktemp("gateway-raw"), nomad)
 
 

@@ -155,9 +155,9 @@ def test_one_process_serves_two_nodes(
         kubectl("delete", "node", n, "--wait=false", check=False)
 
 
-def _nomad_jobs(address: str) -> dict[str, str]:
+def _nomad_jobs(agent: Any) -> dict[str, str]:
     """k8s.uid → job ID of every job vkgate submitted to the Nomad agent."""
-    with httpx.Client(base_url=address, timeout=10, trust_env=False) as client:
+    with agent.http_client() as client:
         stubs = client.get("/v1/jobs", params={"meta": "true"}).raise_for_status().json()
     return {(s.get("Meta") or {}).get("k8s.uid", ""): s["ID"] for s in stubs}
 
@@ -175,7 +175,10 @@ def test_one_process_serves_a_simulated_and_a_nomad_node(
                     "name": nmd,
                     "backend": {
                         "kind": "nomad",
-                        "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+                        "nomad": {
+                            **nomad_agent.backend_settings(),
+                            "template": "nomad/raw_exec.j2",
+                        },
                     },
                 },
             ]
@@ -197,14 +200,14 @@ def test_one_process_serves_a_simulated_and_a_nomad_node(
     for pod in ("on-sim", "on-nomad"):
         wait_until(f"{pod} Running", lambda pod=pod: field(pod, "{.status.phase}") == "Running")
     uid_sim, uid_nomad = field("on-sim", "{.metadata.uid}"), field("on-nomad", "{.metadata.uid}")
-    jobs = _nomad_jobs(nomad_agent.address)
+    jobs = _nomad_jobs(nomad_agent)
     assert uid_nomad in jobs and uid_sim not in jobs  # only the Nomad node's pod is a Nomad job
     out = wait_until("nomad logs", lambda: kubectl("logs", "-n", ns, "on-nomad").stdout)
     assert out.strip() == "hi"  # through the API server, node b's kubelet port, Nomad's logs API
     assert "hi" in wait_until("sim logs", lambda: kubectl("logs", "-n", ns, "on-sim").stdout)
 
     kubectl("delete", "pod", "-n", ns, "on-sim", "on-nomad", "--timeout=90s")
-    wait_until("the Nomad job purged", lambda: uid_nomad not in _nomad_jobs(nomad_agent.address))
+    wait_until("the Nomad job purged", lambda: uid_nomad not in _nomad_jobs(nomad_agent))
     gw.stop()
     assert gw.returncode == 0
     kubectl("delete", "namespace", ns, "--wait=false")
@@ -223,7 +226,7 @@ def test_a_standby_process_takes_over_every_node_of_a_killed_leader(
     names = [f"vk-mn-ha-a-{tag}", f"vk-mn-ha-b-{tag}"]
     backend = {
         "kind": "nomad",
-        "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+        "nomad": {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"},
     }
     settings = {"ha": {"enabled": True}, "nodes": [{"name": n, "backend": backend} for n in names]}
 
@@ -251,7 +254,7 @@ def test_a_standby_process_takes_over_every_node_of_a_killed_leader(
     for pod in pods.values():
         wait_until(f"{pod} Running", lambda pod=pod: field(pod, "{.status.phase}") == "Running")
     uids = {n: field(pods[n], "{.metadata.uid}") for n in names}
-    jobs = _nomad_jobs(nomad_agent.address)
+    jobs = _nomad_jobs(nomad_agent)
     before = {n: jobs[uids[n]] for n in names}
     assert holders() == leader
 
@@ -277,7 +280,7 @@ def test_a_standby_process_takes_over_every_node_of_a_killed_leader(
         )
         assert out.strip() == "hi"
     # adopted: the same job per pod, none re-submitted, and still Running
-    after = _nomad_jobs(nomad_agent.address)
+    after = _nomad_jobs(nomad_agent)
     assert {n: after.get(uids[n]) for n in names} == before
     assert all(field(p, "{.status.phase}") == "Running" for p in pods.values())
     kubectl("delete", "pod", "-n", ns, *pods.values(), "--timeout=90s")

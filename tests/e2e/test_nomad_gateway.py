@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from translators.quantity import cpu_millis, parse_quantity
@@ -65,14 +64,14 @@ def pod_manifest(
     )
 
 
-def nomad(address: str, path: str, **params: Any) -> Any:
-    with httpx.Client(base_url=address, timeout=10) as c:
+def nomad(agent: Any, path: str, **params: Any) -> Any:
+    with agent.http_client() as c:
         r = c.get("/v1" + path, params=params)
         return r.json() if r.status_code == 200 else None
 
 
-def job_of(address: str, uid: str) -> dict[str, Any] | None:
-    for stub in nomad(address, "/jobs", meta="true") or []:
+def job_of(agent: Any, uid: str) -> dict[str, Any] | None:
+    for stub in nomad(agent, "/jobs", meta="true") or []:
         if (stub.get("Meta") or {}).get("k8s.uid") == uid:
             found: dict[str, Any] = stub
             return found
@@ -86,7 +85,7 @@ def gateway(start_gateway: Any, nomad_agent: Any) -> Any:
             "backend": {
                 "kind": "nomad",
                 "nomad": {
-                    "address": nomad_agent.address,
+                    **nomad_agent.backend_settings(),
                     "template": "nomad/raw_exec.j2",
                     "restart_delay": "1s",
                     "restart_attempts": 5,
@@ -147,13 +146,13 @@ def test_pod_lifecycle_through_the_gateway(
     wait_until(f"{loop} restartCount grows", lambda: restarts() > first, timeout=60)
 
     # deleting the pod stops and purges the job
-    job = job_of(nomad_agent.address, get_pod(control_plane, loop)["metadata"]["uid"])
+    job = job_of(nomad_agent, get_pod(control_plane, loop)["metadata"]["uid"])
     assert job is not None
     kubectl("delete", "pod", loop, "--wait=false")
     wait_until(f"{loop} gone from the API", lambda: not get_pod(control_plane, loop), timeout=60)
     wait_until(
         f"job {job['ID']} purged",
-        lambda: nomad(nomad_agent.address, f"/job/{job['ID']}") is None,
+        lambda: nomad(nomad_agent, f"/job/{job['ID']}") is None,
         timeout=60,
     )
     kubectl("delete", "pod", ok, bad, "--wait=true", timeout=90)
@@ -178,9 +177,7 @@ def test_unschedulable_pod_shows_nomads_placement_reason(
 
 
 def test_node_capacity_equals_nomad(control_plane: Any, nomad_agent: Any, gateway: Any) -> None:
-    nodes = [
-        n for n in nomad(nomad_agent.address, "/nodes", resources="true") if n["Status"] == "ready"
-    ]
+    nodes = [n for n in nomad(nomad_agent, "/nodes", resources="true") if n["Status"] == "ready"]
     mhz = sum(n["NodeResources"]["Cpu"]["CpuShares"] for n in nodes)
     cores = sum(n["NodeResources"]["Cpu"]["TotalCpuCores"] for n in nodes)
     mem_mb = sum(n["NodeResources"]["Memory"]["MemoryMB"] for n in nodes)
@@ -250,9 +247,9 @@ def test_status_latency_via_the_event_stream(
         wait_until(f"{name} Running", lambda: phase() == "Running", every=0.05)
         seen = wait_until(f"{name} Succeeded", succeeded_at, every=0.02)
         uid = get_pod(control_plane, name)["metadata"]["uid"]
-        job = job_of(nomad_agent.address, uid)
+        job = job_of(nomad_agent, uid)
         assert job is not None
-        alloc = nomad(nomad_agent.address, f"/job/{job['ID']}/allocations")[0]
+        alloc = nomad(nomad_agent, f"/job/{job['ID']}/allocations")[0]
         exited = (
             next(
                 e["Time"] for e in alloc["TaskStates"]["app"]["Events"] if e["Type"] == "Terminated"

@@ -140,7 +140,7 @@ def pod_printing(node: str, strings: Sequence[str], *, image: str = "busybox:1.3
 async def printed(agent: NomadAgent, strings: Sequence[str], *, template: str) -> list[str]:
     t = NomadTranslator(
         TranslatorContext(
-            f"vk-{uuid.uuid4().hex[:6]}", {"address": agent.address, "template": template}
+            f"vk-{uuid.uuid4().hex[:6]}", {**agent.backend_settings(), "template": template}
         ),
         environ={},
     )

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 from kubeletapi import kubelet_client
 from prometheus_client.parser import text_string_to_metric_families
@@ -57,8 +56,8 @@ def burner(name: str, node: str) -> str:
     )
 
 
-def nomad_jobs(address: str) -> list[dict[str, Any]]:
-    with httpx.Client(base_url=address, timeout=10, trust_env=False) as c:
+def nomad_jobs(agent: Any) -> list[dict[str, Any]]:
+    with agent.http_client() as c:
         found: list[dict[str, Any]] = c.get("/v1/jobs", params={"meta": "true"}).json()
         return found
 
@@ -69,7 +68,7 @@ def gateway(start_gateway: Any, nomad_agent: Any) -> Any:
         {
             "backend": {
                 "kind": "nomad",
-                "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+                "nomad": {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"},
             }
         }
     )
@@ -156,7 +155,7 @@ def test_busy_nomad_pod_shows_cpu_and_memory_in_summary_and_resource_metrics(
             lambda: (
                 not [
                     j
-                    for j in nomad_jobs(nomad_agent.address)
+                    for j in nomad_jobs(nomad_agent)
                     if (j.get("Meta") or {}).get("k8s.name") == name
                 ]
             ),

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from gateway.devstack.nomad import NomadAgent
@@ -82,7 +81,7 @@ async def translator(nomad_agent: NomadAgent) -> AsyncIterator[NomadTranslator]:
         TranslatorContext(
             node,
             {
-                "address": nomad_agent.address,
+                **nomad_agent.backend_settings(),
                 "template": "nomad/raw_exec.j2",
                 "restart_delay": "1s",
                 "restart_attempts": 5,
@@ -142,7 +141,7 @@ async def watch(translator: NomadTranslator) -> AsyncIterator[Watch]:
 
 
 def nomad_get(agent: NomadAgent, path: str, **params: Any) -> Any:
-    with httpx.Client(base_url=agent.address, timeout=10) as c:
+    with agent.http_client() as c:
         resp = c.get("/v1" + path, params=params)
         return resp.json() if resp.status_code == 200 else None
 

@@ -52,7 +52,7 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
             "backend": {
                 "kind": "nomad",
                 "nomad": {
-                    "address": nomad_agent.address,
+                    **nomad_agent.backend_settings(),
                     "template": "nomad/raw_exec.j2",
                     "token": canary["token"],
                 },

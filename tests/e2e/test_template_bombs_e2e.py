@@ -105,7 +105,7 @@ def test_bombs_through_the_configmap_path(
         {
             "backend": {
                 "kind": "nomad",
-                "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+                "nomad": {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"},
             },
             "templates": {"configmap_namespace": SYSTEM_NS},
         }

@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -75,8 +74,8 @@ def pod(namespace: str, name: str, node: str) -> str:
     )
 
 
-def nomad_job(address: str, namespace: str, name: str) -> dict[str, Any] | None:
-    with httpx.Client(base_url=address, timeout=10) as c:
+def nomad_job(agent: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    with agent.http_client() as c:
         for stub in c.get("/v1/jobs", params={"namespace": "*"}).json():
             job = c.get(
                 f"/v1/job/{stub['ID']}", params={"namespace": stub.get("Namespace", "default")}
@@ -100,7 +99,7 @@ def test_configmap_templates_per_team_live(
 
     gw = start_gateway(
         {
-            "backend": {"kind": "nomad", "nomad": {"address": nomad_agent.address}},
+            "backend": {"kind": "nomad", "nomad": nomad_agent.backend_settings()},
             "templates": {"configmap_namespace": SYSTEM_NS},
         }
     )
@@ -109,7 +108,7 @@ def test_configmap_templates_per_team_live(
     def job_of(namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = wait_until(
             f"the Nomad job of {namespace}/{name}",
-            lambda: nomad_job(nomad_agent.address, namespace, name),
+            lambda: nomad_job(nomad_agent, namespace, name),
         )
         return found
 

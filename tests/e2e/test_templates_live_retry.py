@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -85,8 +84,8 @@ def pod(namespace: str, name: str, node: str, labels: dict[str, str] | None = No
     )
 
 
-def nomad_job(address: str, uid: str) -> dict[str, Any] | None:
-    with httpx.Client(base_url=address, timeout=10) as c:
+def nomad_job(agent: Any, uid: str) -> dict[str, Any] | None:
+    with agent.http_client() as c:
         for stub in c.get("/v1/jobs", params={"namespace": "*", "meta": "true"}).json():
             if (stub.get("Meta") or {}).get("k8s.uid") == uid:
                 job: dict[str, Any] = c.get(
@@ -111,7 +110,7 @@ def test_template_error_waits_for_the_template_fix(
         {
             "backend": {
                 "kind": "nomad",
-                "nomad": {"address": nomad_agent.address, "template": "nomad/raw_exec.j2"},
+                "nomad": {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"},
             },
             "templates": {"configmap_namespace": SYSTEM_NS},
         }
@@ -173,9 +172,7 @@ def test_template_error_waits_for_the_template_fix(
     assert "templates changed: retrying 1 pod(s) that failed to translate" in gw.log_text()
     p = get("picky")
     assert "reason" not in p["status"] or p["status"]["reason"] != "TranslationFailed"
-    job = wait_until(
-        "picky's Nomad job", lambda: nomad_job(nomad_agent.address, p["metadata"]["uid"])
-    )
+    job = wait_until("picky's Nomad job", lambda: nomad_job(nomad_agent, p["metadata"]["uid"]))
     assert job["Meta"]["owner"] == "alice" and job["Meta"]["team"] == team
     print(f"template fix -> picky Running: {took:.1f}s")
 

@@ -247,7 +247,7 @@ def test_upstream_suite_passes_on_nomad(
             "templates": {"dirs": [str(tmp_path)]},
             "backend": {
                 "kind": "nomad",
-                "nomad": {"address": nomad_agent.address, "template": "nomad/vke2e.j2"},
+                "nomad": {**nomad_agent.backend_settings(), "template": "nomad/vke2e.j2"},
             },
         },
         node_name=f"vk-upstream-nomad-{uuid.uuid4().hex[:4]}",

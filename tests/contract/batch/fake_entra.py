@@ -34,7 +34,7 @@ class EntraTokenServer:
         client_secret: str,
         on_token: Callable[[str], None],
     ) -> None:
-        ca = certs._new_ca(directory, "entra-ca", "entra test CA")
+        ca = certs.new_ca(directory, "entra-ca", "entra test CA")
         leaf = certs.issue(ca, directory, "entra", cn="127.0.0.1", ips=["127.0.0.1"], server=True)
         self.ca_file = ca.files.cert
         self.forms: list[tuple[str, dict[str, str]]] = []

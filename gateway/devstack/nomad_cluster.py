@@ -1,0 +1,469 @@
+"""A Nomad cluster as production runs it: one server and two clients, ACLs on, mutual TLS.
+
+The e2e tier's Nomad (docs/design/nomad.md, "The e2e cluster").  Unlike the ``-dev`` agent of
+``vkgate dev`` (``gateway.devstack.nomad``) this is three ``nomad agent`` processes:
+
+- a server on 127.0.0.1 (``bootstrap_expect = 1``), HTTP and RPC over TLS with
+  ``verify_https_client`` and ``verify_server_hostname``; its certificate names only
+  ``server.global.nomad`` and ``localhost`` (no IP SAN), so a client connecting by address must
+  send the server name it verifies (``NOMAD_TLS_SERVER_NAME``), as Nomad's own CLI does;
+- two clients, each with its own address on its own veth interface inside the test's network
+  namespace (``CLIENT_IPS``), its own data, alloc and state dirs and cgroup parent: client 1 has
+  raw_exec and (given a dockerd) the docker driver, node class ``class-a``; client 2 has raw_exec
+  only, node class ``class-b``; both carry ``meta.vkgate-client`` (``c1``/``c2``) to steer by.
+
+ACLs: the bootstrap token (``management_token``) is used only to set up — the ACL policy
+vkgate ships (deploy/nomad/vkgate-policy.hcl) is applied and a client token is made from it
+(``token``); vkgate runs with that token and nothing more.  Test code reads and cleans up with
+the management token through ``get``/``request``.
+
+Needs root inside the namespace ``gateway.devstack.netns`` made (veth interfaces, cgroups, the
+docker socket).  The clients' addresses never exist on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.devstack import netns
+from gateway.devstack.certs import CertKey, issue, new_ca
+from gateway.devstack.controlplane import binary
+from gateway.devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, docker_plugin
+from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
+
+log = logging.getLogger("vkgate.devstack.nomad_cluster")
+
+REPO = Path(__file__).resolve().parents[2]
+#: The ACL policy vkgate ships; the cluster mints vkgate's token from exactly this file.
+POLICY_FILE = REPO / "deploy" / "nomad" / "vkgate-policy.hcl"
+POLICY_NAME = "vkgate"
+SERVER_NAME = "server.global.nomad"
+#: Documentation addresses (RFC 5737) of the two clients, inside the test namespace only.
+CLIENT_IPS = ("198.51.100.21", "198.51.100.22")
+
+
+@dataclass(frozen=True)
+class NomadTLS:
+    """What an API client of the cluster needs: the CA, a client certificate, the server name."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    server_name: str = SERVER_NAME
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        return ctx
+
+
+@dataclass(frozen=True)
+class NomadClientNode:
+    """One client agent of the cluster, as the tests steer to and check it."""
+
+    name: str
+    ip: str
+    node_class: str
+    meta: Mapping[str, str]
+    drivers: tuple[str, ...]
+
+
+@dataclass
+class NomadCluster:
+    """A running cluster; ``backend_settings()`` is what a vkgate node needs to use it."""
+
+    workdir: Path
+    #: The server's HTTP API by address (https://127.0.0.1:<port>); verify with ``tls.server_name``.
+    address: str
+    tls: NomadTLS
+    management_token: str
+    token: str
+    clients: tuple[NomadClientNode, ...]
+    server: Proc
+    client_procs: tuple[Proc, ...]
+    datacenter: str = DATACENTER
+    ready_seconds: float = 0.0
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.server.pid
+
+    @property
+    def local_address(self) -> str:
+        """The server by the name its certificate carries (for clients that cannot set SNI)."""
+        return self.address.replace("127.0.0.1", "localhost")
+
+    def backend_settings(self) -> dict[str, Any]:
+        """``[backend.nomad]`` keys for a vkgate node on this cluster (the policy's token)."""
+        return {
+            "address": self.address,
+            "token": self.token,
+            "ca_cert": str(self.tls.ca_file),
+            "client_cert": str(self.tls.cert_file),
+            "client_key": str(self.tls.key_file),
+            "tls_server_name": self.tls.server_name,
+        }
+
+    def cli_env(self, *, management: bool = False) -> dict[str, str]:
+        """The ``NOMAD_*`` variables a ``nomad`` shell on this cluster has."""
+        return {
+            "NOMAD_ADDR": self.address,
+            "NOMAD_TOKEN": self.management_token if management else self.token,
+            "NOMAD_CACERT": str(self.tls.ca_file),
+            "NOMAD_CLIENT_CERT": str(self.tls.cert_file),
+            "NOMAD_CLIENT_KEY": str(self.tls.key_file),
+            "NOMAD_TLS_SERVER_NAME": self.tls.server_name,
+        }
+
+    def request(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> Any:
+        """One HTTP API call with the management token (or ``token``); JSON in and out."""
+        return _call(
+            self.local_address, self.tls, token or self.management_token, method, path, body=body
+        )
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def http_client(self, *, timeout: float = 10.0) -> httpx.Client:
+        """An httpx client on the API with the management token (tests' reads and clean-up)."""
+        return httpx.Client(
+            base_url=self.local_address,
+            verify=self.tls.context(),
+            headers={"X-Nomad-Token": self.management_token},
+            timeout=timeout,
+            trust_env=False,
+        )
+
+    def nodes(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.get("/v1/nodes")
+        return result
+
+    def node_of(self, client: NomadClientNode) -> dict[str, Any]:
+        """The Nomad node (list stub) of ``client``."""
+        for node in self.nodes():
+            if node.get("Name") == client.name:
+                return node
+        raise DevstackError(f"nomad client {client.name} is not registered")
+
+    def stop(self) -> None:
+        """Stop the clients (their tasks too), then the server, and remove the dirs."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            for proc in self.client_procs:
+                proc.stop(timeout=15)
+            self.server.stop(timeout=15)
+        finally:
+            from gateway.devstack.docker import unmount_below
+
+            unmount_below(self.workdir)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _call(
+    address: str, tls: NomadTLS, token: str, method: str, path: str, *, body: Any = None
+) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(address + path, data=data, method=method)
+    if token:
+        req.add_header("X-Nomad-Token", token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=10, context=tls.context()) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw.strip() else None
+
+
+def _make_pki(
+    directory: Path, client_ips: Sequence[str]
+) -> tuple[NomadTLS, CertKey, list[CertKey]]:
+    """A CA, the server's and each client agent's certificate, and an API client certificate."""
+    ca = new_ca(directory, "nomad-ca", "vkgate-e2e-nomad-ca")
+    server = issue(
+        ca,
+        directory,
+        "nomad-server",
+        cn=SERVER_NAME,
+        dns=(SERVER_NAME, "localhost"),
+        server=True,
+        client=True,
+    )
+    agents = [
+        issue(
+            ca,
+            directory,
+            f"nomad-client-{i + 1}",
+            cn="client.global.nomad",
+            dns=("client.global.nomad", "localhost"),
+            ips=(ip,),
+            server=True,
+            client=True,
+        )
+        for i, ip in enumerate(client_ips)
+    ]
+    api = issue(ca, directory, "nomad-api-client", cn="vkgate-e2e", client=True)
+    return NomadTLS(ca.files.cert, api.cert, api.key), server, agents
+
+
+def _tls_block(tls: NomadTLS, own: CertKey) -> dict[str, Any]:
+    return {
+        "http": True,
+        "rpc": True,
+        "ca_file": str(tls.ca_file),
+        "cert_file": str(own.cert),
+        "key_file": str(own.key),
+        "verify_server_hostname": True,
+        "verify_https_client": True,
+    }
+
+
+_COMMON: dict[str, Any] = {
+    "datacenter": DATACENTER,
+    "disable_update_check": True,
+    "log_level": "INFO",
+    "acl": {"enabled": True},
+    "consul": {"auto_advertise": False, "server_auto_join": False, "client_auto_join": False},
+    "vault": {"enabled": False},
+}
+
+
+def _server_config(wd: Path, tls: NomadTLS, cert: CertKey, ports: tuple[int, int, int]) -> str:
+    http, rpc, serf = ports
+    cfg = {
+        **_COMMON,
+        "name": "vkgate-nomad-server",
+        "data_dir": str(wd / "data"),
+        "bind_addr": "127.0.0.1",
+        "ports": {"http": http, "rpc": rpc, "serf": serf},
+        "advertise": {"http": "127.0.0.1", "rpc": "127.0.0.1", "serf": "127.0.0.1"},
+        "server": {"enabled": True, "bootstrap_expect": 1},
+        "client": {"enabled": False},
+        "tls": _tls_block(tls, cert),
+    }
+    return json.dumps(cfg, indent=2)
+
+
+def _client_config(
+    wd: Path,
+    tls: NomadTLS,
+    cert: CertKey,
+    node: NomadClientNode,
+    *,
+    interface: str,
+    server_rpc: str,
+    ports: tuple[int, int, int],
+    docker_host: str | None,
+) -> str:
+    http, rpc, serf = ports
+    plugins: dict[str, Any] = {"raw_exec": {"config": {"enabled": True}}}
+    if "docker" in node.drivers and docker_host:
+        plugins["docker"] = docker_plugin(docker_host)
+    cfg = {
+        **_COMMON,
+        "name": node.name,
+        "data_dir": str(wd / "data"),
+        "bind_addr": node.ip,
+        "ports": {"http": http, "rpc": rpc, "serf": serf},
+        "advertise": {"http": node.ip, "rpc": node.ip, "serf": node.ip},
+        "server": {"enabled": False},
+        "client": {
+            "enabled": True,
+            "servers": [server_rpc],
+            "network_interface": interface,
+            "node_class": node.node_class,
+            "meta": dict(node.meta),
+            "alloc_dir": str(wd / "alloc"),
+            "state_dir": str(wd / "client"),
+            # Two clients on one host: each its own cgroup tree, or one would reconcile away the
+            # other's task cgroups.
+            "cgroup_parent": f"/vkgate-{node.name}",
+            "options": {
+                "fingerprint.denylist": FINGERPRINT_DENYLIST,
+                "driver.denylist": "java,qemu" + ("" if "docker" in plugins else ",docker"),
+            },
+        },
+        "plugin": plugins,
+        "tls": _tls_block(tls, cert),
+    }
+    return json.dumps(cfg, indent=2)
+
+
+def _bootstrap_acl(address: str, tls: NomadTLS, timeout: float) -> str:
+    """The bootstrap (management) token, once the server has a leader."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            result = _call(address, tls, "", "POST", "/v1/acl/bootstrap")
+            secret: str = result["SecretID"]
+            return secret
+        except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+            last = str(exc)
+            time.sleep(0.25)
+    raise DevstackError(f"nomad ACL bootstrap did not succeed in {timeout:.0f} s: {last}")
+
+
+def apply_policy(cluster_address: str, tls: NomadTLS, management: str, rules: str) -> str:
+    """Apply ``rules`` as the ``vkgate`` policy and return a new client token's secret."""
+    _call(
+        cluster_address,
+        tls,
+        management,
+        "POST",
+        f"/v1/acl/policy/{POLICY_NAME}",
+        body={
+            "Name": POLICY_NAME,
+            "Description": "vkgate (deploy/nomad/vkgate-policy.hcl)",
+            "Rules": rules,
+        },
+    )
+    token = _call(
+        cluster_address,
+        tls,
+        management,
+        "POST",
+        "/v1/acl/token",
+        body={"Name": "vkgate", "Type": "client", "Policies": [POLICY_NAME]},
+    )
+    secret: str = token["SecretID"]
+    return secret
+
+
+def _clients_ready(address: str, tls: NomadTLS, token: str, names: set[str]) -> bool:
+    try:
+        nodes = _call(address, tls, token, "GET", "/v1/nodes")
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    ready = {n.get("Name") for n in nodes if n.get("Status") == "ready"}
+    return names <= ready
+
+
+def default_clients() -> tuple[NomadClientNode, ...]:
+    return (
+        NomadClientNode(
+            "vkgate-nomad-c1",
+            CLIENT_IPS[0],
+            "class-a",
+            {"vkgate-client": "c1"},
+            ("raw_exec", "docker"),
+        ),
+        NomadClientNode(
+            "vkgate-nomad-c2", CLIENT_IPS[1], "class-b", {"vkgate-client": "c2"}, ("raw_exec",)
+        ),
+    )
+
+
+def launch_nomad_cluster(
+    *,
+    docker_host: str | None = None,
+    clients: Sequence[NomadClientNode] | None = None,
+    workdir: Path | None = None,
+    timeout: float = 120.0,
+) -> NomadCluster:
+    """Start the server and the clients, bootstrap ACLs, apply the shipped policy and wait for
+    every client to be ready; the caller must ``stop()`` it."""
+    if not netns.isolated():
+        raise DevstackError(
+            "the Nomad cluster needs the e2e network namespace for its client addresses "
+            "(run as root through `python -m gateway.devstack.netns`)"
+        )
+    if os.geteuid() != 0:
+        raise DevstackError("the Nomad cluster's clients run as root (cgroups, docker socket)")
+    nodes = tuple(clients or default_clients())
+    exe = binary("nomad")
+    wd = workdir or Path(tempfile.mkdtemp(prefix="vkgate-nomad-cluster-"))
+    procs: list[Proc] = []
+    started = time.monotonic()
+    try:
+        tls, server_cert, client_certs = _make_pki(wd / "pki", [n.ip for n in nodes])
+        env = dict(os.environ, CHECKPOINT_DISABLE="1")
+        for key in [k for k in env if k.startswith("NOMAD_")]:
+            del env[key]
+        sports = (free_port(), free_port(), free_port())
+        swd = wd / "server"
+        swd.mkdir(parents=True)
+        (swd / "agent.json").write_text(_server_config(swd, tls, server_cert, sports))
+        server = Proc(
+            "nomad server",
+            [str(exe), "agent", f"-config={swd / 'agent.json'}"],
+            log_file=swd / "nomad.log",
+            env=env,
+            cwd=swd,
+        )
+        procs.append(server)
+        address = f"https://127.0.0.1:{sports[0]}"
+        local = f"https://localhost:{sports[0]}"
+        management = _bootstrap_acl(local, tls, timeout)
+        token = apply_policy(local, tls, management, POLICY_FILE.read_text())
+        for i, (node, cert) in enumerate(zip(nodes, client_certs, strict=True)):
+            iface = f"vkn{i + 1}"
+            netns.add_veth_address(iface, node.ip)
+            cwd = wd / node.name
+            cwd.mkdir(parents=True)
+            ports = (free_port(node.ip), free_port(node.ip), free_port(node.ip))
+            (cwd / "agent.json").write_text(
+                _client_config(
+                    cwd,
+                    tls,
+                    cert,
+                    node,
+                    interface=iface,
+                    server_rpc=f"127.0.0.1:{sports[1]}",
+                    ports=ports,
+                    docker_host=docker_host,
+                )
+            )
+            procs.append(
+                Proc(
+                    f"nomad client {node.name}",
+                    [str(exe), "agent", f"-config={cwd / 'agent.json'}"],
+                    log_file=cwd / "nomad.log",
+                    env=env,
+                    cwd=cwd,
+                )
+            )
+        names = {n.name for n in nodes}
+        for proc in procs:
+            if not proc.alive():
+                raise DevstackError(f"{proc.name} exited: {proc.log_tail()}")
+        wait_for(
+            f"nomad clients {sorted(names)} ready",
+            lambda: _clients_ready(local, tls, management, names),
+            timeout=timeout,
+            interval=0.25,
+            proc=procs[-1],
+        )
+        return NomadCluster(
+            workdir=wd,
+            address=address,
+            tls=tls,
+            management_token=management,
+            token=token,
+            clients=nodes,
+            server=server,
+            client_procs=tuple(procs[1:]),
+            ready_seconds=time.monotonic() - started,
+        )
+    except BaseException:
+        for proc in reversed(procs):
+            log.error("%s log tail:\n%s", proc.name, proc.log_tail(2000))
+            proc.stop(timeout=5)
+        if workdir is None:
+            shutil.rmtree(wd, ignore_errors=True)
+        raise
