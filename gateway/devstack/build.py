@@ -69,10 +69,13 @@ def cache_root() -> Path:
     return Path(os.environ.get("VKGATE_CACHE") or Path.home() / ".cache" / "vkgate")
 
 
-def go_env() -> dict[str, str]:
-    """The go command's environment: never download a toolchain, never touch go.mod."""
+def go_env(*, cgo: bool = False) -> dict[str, str]:
+    """The go command's environment: never download a toolchain, never touch go.mod; cgo only
+    for a module that needs it (``Module.cgo``)."""
     env = dict(os.environ)
-    env.update({"GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"})
+    env.update(
+        {"GOTOOLCHAIN": "local", "CGO_ENABLED": "1" if cgo else "0", "GOFLAGS": "-buildvcs=false"}
+    )
     return env
 
 
@@ -86,7 +89,7 @@ def module_key(module: Module) -> str:
     for f in sorted(module.path.iterdir()):
         if f.is_file() and (f.name in {"go.mod", "go.sum"} or f.suffix == ".go"):
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    h.update(repr((module.tags, module.ldflags)).encode())
+    h.update(repr((module.tags, module.ldflags, module.cgo)).encode())
     return h.hexdigest()[:10]
 
 
@@ -125,12 +128,14 @@ def check_pins(module: Module) -> None:
             )
 
 
-def _progress_run(cmd: Sequence[str], *, cwd: Path, step: str, say: Callable[[str], None]) -> None:
+def _progress_run(
+    cmd: Sequence[str], *, cwd: Path, step: str, say: Callable[[str], None], cgo: bool = False
+) -> None:
     """Run the go command, reporting ``step`` and the elapsed time at least every 30 s."""
     log.info("$ %s", " ".join(cmd))
     started = time.monotonic()
     with (cwd / "build.log").open("w") as out:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=go_env(), stdout=out, stderr=out)
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=go_env(cgo=cgo), stdout=out, stderr=out)
         while True:
             try:
                 rc = proc.wait(timeout=PROGRESS_EVERY)
@@ -237,7 +242,13 @@ def _build_module(module: Module, *, say: Callable[[str], None]) -> None:
         tmp = final.with_name(final.name + ".tmp")
         started = time.monotonic()
         say(f"building {binary.name} {module.version} from {module.path}")
-        _progress_run(build_commands(module, binary, tmp), cwd=work, step=f"{binary.name}", say=say)
+        _progress_run(
+            build_commands(module, binary, tmp),
+            cwd=work,
+            step=f"{binary.name}",
+            say=say,
+            cgo=module.cgo,
+        )
         _check_unchanged(module, work)
         tmp.rename(final)
         say(f"built {binary.name} in {time.monotonic() - started:.0f} s -> {final}")

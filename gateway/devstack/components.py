@@ -99,6 +99,8 @@ class Module:
     get: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
+    #: Build with cgo (a C compiler on PATH): Nomad 1.6 links runc's ``nsenter``, which is C.
+    cgo: bool = False
 
     @property
     def path(self) -> Path:
@@ -177,6 +179,7 @@ def nomad(version: str = NOMAD_VERSION) -> Module:
         get=(f"github.com/hashicorp/nomad@v{version}",),
         tags=("hashicorpmetrics", "codegen_generated"),
         ldflags=("-s", "-w", f"-X github.com/hashicorp/nomad/version.GitCommit={NOMAD_COMMIT}"),
+        cgo=True,
     )
 
 

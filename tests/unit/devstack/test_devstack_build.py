@@ -7,6 +7,7 @@ modules or on a builder that was patched away.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -96,6 +97,26 @@ def test_the_nomad_module_pins_the_api_module_once() -> None:
         f"github.com/hashicorp/nomad/api => github.com/hashicorp/nomad/api "
         f"{components.NOMAD_API_VERSION}"
     ) in gomod
+
+
+def test_nomad_is_pinned_below_the_first_busl_release() -> None:
+    """From v1.7.0 on github.com/hashicorp/nomad is under the Business Source License: the
+    project builds only MPL-2.0 releases (docs/licences.md)."""
+    version = tuple(int(x) for x in components.NOMAD_VERSION.split("."))
+    assert version < components.NOMAD_FIRST_BUSL
+    gomod = (MODULES["nomad"].path / "go.mod").read_text()
+    assert "github.com/hashicorp/nomad v1.6.3\n" in gomod
+    # The api module at the v1.6.3 tag commit (e0497bff1437), not a newer (BUSL) one.
+    assert components.NOMAD_API_VERSION.endswith("-" + components.NOMAD_COMMIT)
+
+
+def test_only_nomad_builds_with_cgo() -> None:
+    """runc's nsenter (linked by Nomad 1.6) is C; everything else stays static (CGO off)."""
+    assert {m.folder for m in MODULES.values() if m.cgo} == {"nomad"}
+    assert build.go_env(cgo=True)["CGO_ENABLED"] == "1"
+    assert build.go_env()["CGO_ENABLED"] == "0"
+    nomad = MODULES["nomad"]
+    assert build.module_key(nomad) != build.module_key(dataclasses.replace(nomad, cgo=False))
 
 
 def test_the_vkbench_module_pins_the_vk_library_with_its_own_client_go() -> None:
