@@ -17,6 +17,14 @@ listed in ``node_pools``, and the priority must not exceed ``max_priority``.  Le
 Kubernetes user pick an arbitrary Nomad namespace, node pool or priority would turn a pod
 annotation into a privilege (preempting other teams' jobs, running on reserved nodes), and the
 backstop list and the event stream must know every namespace/region they have to watch.
+
+Namespace mapping (``namespace_from_pod``, off by default) derives the Nomad namespace from the
+pod's Kubernetes namespace: ``"same"`` uses the same name, ``"table"`` looks it up in
+``namespace_map`` (a pod whose namespace is not in the table gets ``namespace``).  The result
+must be in the allow-list (``namespace`` + ``namespaces``): a table value outside it is a
+settings error, a ``"same"`` name outside it refuses the pod.  A mapped pod's namespace is
+pinned: the annotation may only repeat it (docs/backends/nomad.md, "Namespaces, clients and
+capacity").
 """
 
 from __future__ import annotations
@@ -73,6 +81,14 @@ class NomadConfig:
     for capacity."""
     namespaces: tuple[str, ...] = ()
     """Extra namespaces a pod may pick with the vkgate.io/nomad-namespace annotation."""
+    namespace_from_pod: str = ""
+    """Nomad namespace from the pod's namespace: "" (off), "same" (same name), "table"
+    (``namespace_map``); the result must be in ``namespace`` + ``namespaces``."""
+    namespace_map: Mapping[str, str] = field(default_factory=dict)
+    """Kubernetes namespace → Nomad namespace, used with namespace_from_pod = "table"."""
+    node_class: str = ""
+    """Nomad node class the jobs run on (a ``${node.class}`` constraint); also filters
+    capacity. Empty: any class."""
     regions: tuple[str, ...] = ()
     """Extra regions a pod may pick with the vkgate.io/nomad-region annotation."""
     allowed_datacenters: tuple[str, ...] = ()
@@ -160,6 +176,7 @@ class NomadConfig:
                 raise _bad(key, f"unknown setting (known: {', '.join(sorted(known))})")
             raw[key] = value
         cfg = cls(**{k: _coerce(k, v) for k, v in raw.items()})
+        _check_namespace_mapping(cfg)
         if cfg.restart_interval < 5:
             raise _bad("restart_interval", "must be at least 5s (Nomad's minimum)")
         if cfg.restart_attempts * cfg.restart_delay > cfg.restart_interval:
@@ -168,6 +185,43 @@ class NomadConfig:
                 "restart_attempts x restart_delay must fit into restart_interval (Nomad rule)",
             )
         return cfg
+
+
+NAMESPACE_FROM_POD = ("", "same", "table")
+
+
+def _check_namespace_mapping(cfg: NomadConfig) -> None:
+    if cfg.namespace_from_pod not in NAMESPACE_FROM_POD:
+        raise _bad(
+            "namespace_from_pod", f'expected "", "same" or "table", got {cfg.namespace_from_pod!r}'
+        )
+    if cfg.namespace_map and cfg.namespace_from_pod != "table":
+        raise _bad("namespace_map", 'is only read with namespace_from_pod = "table"')
+    denied = sorted({v for v in cfg.namespace_map.values() if v not in cfg.all_namespaces})
+    if denied:
+        raise _bad(
+            "namespace_map",
+            f"Nomad namespaces {', '.join(map(repr, denied))} are not allowed (allowed: "
+            f"{', '.join(cfg.all_namespaces)}; add them to backend.nomad.namespaces)",
+        )
+
+
+def _namespace_map(value: Any) -> dict[str, str]:
+    """A TOML table, or ``"k8s-ns=nomad-ns,…"`` (the form an environment variable takes)."""
+    key = _key("namespace_map")
+    if isinstance(value, str):
+        pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise SettingsError(key, f'expected "k8s-ns=nomad-ns,…", got {value!r}')
+        value = {k.strip(): v.strip() for k, v in pairs}
+    if not isinstance(value, Mapping):
+        raise SettingsError(key, f"expected a table of namespace names, got {value!r}")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not k or not v:
+            raise SettingsError(f"{key}.{k}", f"expected a Nomad namespace name, got {v!r}")
+        out[k] = v
+    return out
 
 
 def _key(k: str) -> str:
@@ -212,6 +266,8 @@ def _coerce(key: str, value: Any) -> Any:
         if key == "datacenters" and not out:
             out = ("*",)
         return out
+    if key == "namespace_map":
+        return _namespace_map(value)
     try:
         if key == "default_cpu":
             cpu_millis(value)

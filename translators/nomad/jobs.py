@@ -44,6 +44,14 @@ Kubernetes scheduling the pod onto the virtual node and are not forwarded:
     meta.nomad.vkgate.io/<key>        ``${meta.<key>}``
     attr.nomad.vkgate.io/<key>        ``${attr.<key>}``
     ================================  =====================
+The ``node_class`` setting adds ``${node.class} = <class>`` to every job.  A node pool is not a
+constraint: the job's ``NodePool`` (``node_pool``, or the ``-node-pool`` annotation) decides
+which clients Nomad considers at all; the virtual node carries ``nomad.vkgate.io/node-pool`` and
+``-node-class`` labels (``capacity.node_info``) for nodeSelectors to steer to it.
+
+Nomad namespace: ``namespace_from_pod`` (``mapped_namespace``) pins a mapped pod, its
+``vkgate.io/nomad-namespace`` annotation may only repeat that; an unmapped pod's annotation may
+name any allowed namespace; else ``namespace``.
 
 Volumes: ConfigMap, Secret, projected and downwardAPI files become task ``Templates`` with the
 content embedded (``EmbeddedTmpl``, delimiters chosen so they never occur in the content;
@@ -255,8 +263,12 @@ def networks(
 # --------------------------------------------------------------------------- constraints
 
 
-def constraints(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
+def constraints(node_selector: Mapping[str, str], *, node_class: str = "") -> list[dict[str, str]]:
+    """``${node.class}`` = the ``node_class`` setting (the node's pin, which a selector cannot
+    lift), then the pod's nodeSelector through ``SELECTOR_MAP``, without repeats."""
     out = []
+    if node_class:
+        out.append({"LTarget": "${node.class}", "RTarget": node_class, "Operand": "="})
     for key in sorted(node_selector):
         value = str(node_selector[key])
         if key in SELECTOR_MAP:
@@ -267,7 +279,9 @@ def constraints(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
             target = "${attr." + key[len(ATTR_SELECTOR) :] + "}"
         else:
             continue
-        out.append({"LTarget": target, "RTarget": value, "Operand": "="})
+        constraint = {"LTarget": target, "RTarget": value, "Operand": "="}
+        if constraint not in out:
+            out.append(constraint)
     return out
 
 
@@ -374,10 +388,38 @@ def restart_policy(
     raise TranslationError(f"unknown restartPolicy {policy!r}", field="spec.restartPolicy")
 
 
-def overrides(annotations: Mapping[str, str], cfg: NomadConfig) -> dict[str, Any]:
-    """Per-pod ``vkgate.io/nomad-*`` annotations, validated against the allow-lists."""
+def mapped_namespace(pod_namespace: str, cfg: NomadConfig) -> str | None:
+    """The Nomad namespace ``namespace_from_pod`` pins the pod to (None: not mapped).
+
+    Raises ``TranslationError`` (field ``metadata.namespace``) when the mapping names a
+    namespace outside the allow-list; a ``"table"`` value always passed that check at start-up.
+    """
+    if cfg.namespace_from_pod == "same":
+        mapped: str | None = pod_namespace
+    elif cfg.namespace_from_pod == "table":
+        mapped = cfg.namespace_map.get(pod_namespace)
+    else:
+        return None
+    if mapped is not None and mapped not in cfg.all_namespaces:
+        raise TranslationError(
+            f"Nomad namespace {mapped!r} (from the pod's namespace {pod_namespace!r}, "
+            f"backend.nomad.namespace_from_pod = {cfg.namespace_from_pod!r}) is not allowed "
+            f"(allowed: {', '.join(cfg.all_namespaces)}; add it to backend.nomad.namespaces)",
+            field="metadata.namespace",
+        )
+    return mapped
+
+
+def overrides(
+    annotations: Mapping[str, str], cfg: NomadConfig, *, pod_namespace: str = ""
+) -> dict[str, Any]:
+    """Per-pod ``vkgate.io/nomad-*`` annotations and the namespace mapping, validated against
+    the allow-lists.  Namespace: the mapping (``mapped_namespace``) pins a mapped pod, and its
+    annotation may only repeat that value; an unmapped pod's annotation picks any allowed
+    namespace; else ``namespace``."""
+    mapped = mapped_namespace(pod_namespace, cfg)
     out: dict[str, Any] = {
-        "namespace": cfg.namespace,
+        "namespace": cfg.namespace if mapped is None else mapped,
         "region": cfg.region,
         "datacenters": list(cfg.datacenters),
         "priority": cfg.priority,
@@ -388,6 +430,13 @@ def overrides(annotations: Mapping[str, str], cfg: NomadConfig) -> dict[str, Any
         return f"metadata.annotations[{ANNOTATION}{name}]"
 
     if (v := annotations.get(ANNOTATION + "namespace")) is not None:
+        if mapped is not None and v != mapped:
+            raise TranslationError(
+                f"Nomad namespace {v!r} is not allowed: the pod's namespace {pod_namespace!r} "
+                f"maps to {mapped!r} (backend.nomad.namespace_from_pod = "
+                f"{cfg.namespace_from_pod!r}), and a mapped pod cannot pick another one",
+                field=field("namespace"),
+            )
         if v not in cfg.all_namespaces:
             raise TranslationError(
                 f"Nomad namespace {v!r} is not allowed (allowed: {', '.join(cfg.all_namespaces)};"
@@ -443,7 +492,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
     """Everything Nomad-specific a template needs, keyed by name (documented in the README)."""
     meta = pod.pod.get("metadata", {}) or {}
     spec = pod.pod.get("spec", {}) or {}
-    where = overrides(meta.get("annotations", {}) or {}, cfg)
+    where = overrides(meta.get("annotations", {}) or {}, cfg, pod_namespace=pod.namespace)
     jtype, restart, reschedule = restart_policy(str(spec.get("restartPolicy", "Always")), cfg)
     containers = (*pod.init_containers, *pod.containers)
     names = [c.name for c in containers]
@@ -506,7 +555,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             META_INIT: ",".join(c.name for c in pod.init_containers),
             META_SIDECARS: ",".join(c.name for c in pod.init_containers if c.role == "sidecar"),
         },
-        "constraints": constraints(spec.get("nodeSelector", {}) or {}),
+        "constraints": constraints(spec.get("nodeSelector", {}) or {}, node_class=cfg.node_class),
         "networks": nets,
         "ephemeral_disk_mb": ephemeral_disk_mb(containers),
         "mhz_per_core": factor,
