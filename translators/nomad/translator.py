@@ -44,6 +44,7 @@ import httpx
 from translators.base import (
     OWNER_KEY,
     OWNER_VALUE,
+    BackendAuthError,
     BackendConflict,
     BackendError,
     BackendNotFound,
@@ -55,10 +56,12 @@ from translators.base import (
     NodeUsage,
     PodRef,
     ResolvedPod,
+    TranslationError,
     TranslatorContext,
     WorkloadState,
 )
 from translators.nomad import capacity as cap
+from translators.nomad.access import AccessCheck
 from translators.nomad.client import NomadClient, Sleep
 from translators.nomad.config import NomadConfig
 from translators.nomad.exec import NomadExecSession
@@ -69,6 +72,7 @@ from translators.nomad.jobs import (
     finish_job,
     is_owned,
     job_id,
+    mapped_namespace,
     render_job,
     template_for,
 )
@@ -80,11 +84,15 @@ from translators.nomad.runs import Runs, last_terminated
 from translators.nomad.status import JobView, parse_time, placement_from, workload_state
 from translators.nomad.views import JobBook, Key, merge_alloc, view_key
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.retry import NO_RETRY
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 TERMINAL = frozenset({"complete", "failed", "lost"})
+#: Up to this many eligible clients, the capacity's allocation list is filtered to them by
+#: Nomad; beyond, the filter would only grow the URL (the client side filters anyway).
+MAX_NODE_CLAUSES = 32
 
 
 def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[str]:
@@ -158,6 +166,7 @@ class NomadTranslator:
         self.renderer: Renderer = renderer
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self.client = NomadClient(self.config, transport=transport, sleep=self._sleep)
+        self.access = AccessCheck(self.client)
         self.metrics = NomadMetrics(
             self.client,
             clock=clock if clock is not None else SystemClock(),
@@ -167,6 +176,8 @@ class NomadTranslator:
         self._runs = Runs()
         self._sizing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._node_ips: dict[str, str] = {}
+        #: (region, namespace param) scopes listed at least once: the job book knows their jobs.
+        self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
         self._closed = asyncio.Event()
@@ -195,10 +206,13 @@ class NomadTranslator:
         await self.client.aclose()
 
     async def ping(self) -> None:
-        leader = await self.client.get("/status/leader")
+        """Health of the node: a leader, a healthy agent, and a token that may list, read and
+        submit jobs (``access.py``).  Not retried here: the health loop is the retry."""
+        leader = await self.client.get("/status/leader", retry=NO_RETRY)
         if not leader:
             raise BackendError("nomad has no leader")
-        await self.client.get("/agent/health")
+        await self.client.get("/agent/health", retry=NO_RETRY)
+        await self.access.check()
 
     # -- node side ----------------------------------------------------------------------------
 
@@ -210,7 +224,44 @@ class NomadTranslator:
         return nodes
 
     async def capacity(self) -> Capacity:
-        return cap.capacity(await self._nodes(), self.config)
+        """Free capacity of the eligible clients (``capacity.py``): two requests per refresh,
+        ``/v1/nodes?resources=true`` and one allocation list of every namespace
+        (``_held``)."""
+        nodes = await self._nodes()
+        return cap.capacity(nodes, self.config, held=await self._held(nodes))
+
+    async def _held(self, nodes: Sequence[JSON]) -> dict[str, cap.Held]:
+        """NodeID → what the allocations of jobs this node does not own hold on the eligible
+        clients: ``GET /v1/allocations?namespace=*&resources=true`` with the non-terminal
+        filter (one request; per-node ``/v1/node/:id/allocations`` would be one request per
+        client, each returning whole allocations with their jobs).  Own jobs are those in the
+        job book, so the first call lists the scopes if no listing has yet."""
+        ids = sorted(str(n["ID"]) for n in nodes if n.get("ID") and cap.eligible(n, self.config))
+        if not ids:
+            return {}
+        for region, ns_param in self._scopes():
+            if (region, ns_param) not in self._listed:
+                await self._refresh(region, ns_param)
+        where = cap.HELD_FILTER
+        if len(ids) <= MAX_NODE_CLAUSES:
+            where += " and (" + " or ".join(f'NodeID == "{i}"' for i in ids) + ")"
+        try:
+            allocs = await self.client.get(
+                "/allocations",
+                params={"resources": True, "task_states": False, "filter": where},
+                namespace="*",
+            )
+        except BackendAuthError as exc:
+            log.warning("nomad: other jobs' allocations unreadable, not subtracted: %s", exc)
+            return {}
+        ours = {(k[1], k[2]) for k in self.book.views}
+        eligible = set(ids)
+        return cap.held_per_node(
+            a
+            for a in allocs or []
+            if str(a.get("NodeID")) in eligible
+            and (str(a.get("Namespace") or "default"), str(a.get("JobID"))) not in ours
+        )
 
     async def node_info(self) -> NodeInfo:
         nodes = await self._nodes()
@@ -285,9 +336,11 @@ class NomadTranslator:
             namespace=ns_param,
             region=region,
         )
-        return self.book.apply_listing(
+        views = self.book.apply_listing(
             region, ns_param, jobs_reply.data or [], allocs_reply.data or [], jobs_reply.index
-        ), allocs_reply.index
+        )
+        self._listed.add((region, ns_param))
+        return views, allocs_reply.index
 
     async def _resync(self, region: str, ns_param: str) -> tuple[list[JobView], int]:
         """The backstop list of one scope plus node IPs and placement reasons: fresh views."""
@@ -397,8 +450,13 @@ class NomadTranslator:
             if view.ref.uid == ref.uid:
                 return view
         jid = job_id(ref.namespace, ref.name, ref.uid, prefix=self.config.job_prefix)
+        try:  # the mapped namespace first: with namespace_from_pod that is where the job is
+            mapped = mapped_namespace(ref.namespace, self.config)
+        except TranslationError:
+            mapped = None
+        first = (mapped,) if mapped else ()
         for region in self.config.all_regions:
-            for ns in self.config.all_namespaces:
+            for ns in dict.fromkeys((*first, *self.config.all_namespaces)):
                 job = await self._get_job(jid, namespace=ns, region=region)
                 if job is None:
                     continue
@@ -536,6 +594,10 @@ class NomadTranslator:
     async def _view_for(self, jid: str, ns: str, region: str) -> JobView | None:
         key = (region, ns, jid)
         if key in self.book.foreign or not jid.startswith(self.config.job_prefix):
+            return None
+        if ns not in self.config.all_namespaces:
+            # the "*" stream carries every namespace's events; vkgate owns no job outside the
+            # allow-list and may not be allowed to read one (a 403 would drop the whole batch)
             return None
         view = self.book.views.get(key)
         if view is not None:
