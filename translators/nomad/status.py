@@ -448,6 +448,16 @@ def container_state(
 
 
 def pod_ip(alloc: Mapping[str, Any], host_ip: str) -> str:
+    """The allocation's own address when it has one, else its client's (``host_ip``).
+
+    Host networking (vkgate's templates): the ports' ``HostIP`` / the group network's ``IP``,
+    both the client's address, else ``host_ip``.  Bridge or CNI networking gives the
+    allocation an address of its own, ``NetworkStatus.Address``; only full allocations carry it
+    (``GET /v1/allocation/:id`` and the event stream's payloads, which ``views.merge_alloc``
+    keeps when a later list stub lacks it).  The ``status.podIP`` fieldRef placeholder names
+    the client's address (``literal.py``): a bridge-mode template must change that too, or the
+    env and ``podIP`` disagree.
+    """
     net = alloc.get("NetworkStatus") or {}
     if net.get("Address"):
         return str(net["Address"])

@@ -15,6 +15,7 @@ from translators.nomad.status import (
     parse_time,
     placement_from,
     placement_text,
+    pod_ip,
     workload_state,
 )
 
@@ -167,3 +168,39 @@ def test_unknown_client_status_is_unknown() -> None:
     v = view()
     v.allocs["a"] = {"ID": "a", "ClientStatus": "something-new", "TaskStates": {}}
     assert workload_state(v).phase == Phase.UNKNOWN
+
+
+def test_host_and_pod_ip_name_the_client_of_the_newest_allocation() -> None:
+    """Two clients: the pod's addresses follow its allocation, also when Nomad replaced it on
+    the other client."""
+    ips = {"c1": "198.51.100.21", "c2": "198.51.100.22"}
+    v = view()
+    v.allocs["a"] = {"ID": "a", "CreateIndex": 1, "NodeID": "c1", "ClientStatus": "running"}
+    st = workload_state(v, node_ips=ips)
+    assert (st.host_ip, st.pod_ip) == ("198.51.100.21", "198.51.100.21")
+    v.allocs["b"] = {"ID": "b", "CreateIndex": 2, "NodeID": "c2", "ClientStatus": "running"}
+    st = workload_state(v, node_ips=ips)
+    assert (st.host_ip, st.pod_ip) == ("198.51.100.22", "198.51.100.22")
+    assert workload_state(v).host_ip == ""  # client unknown: the gateway decides
+
+
+@pytest.mark.parametrize(
+    ("alloc", "expected"),
+    [
+        ({}, "198.51.100.21"),
+        ({"AllocatedResources": {"Shared": {"Networks": [{"IP": "10.1.0.5"}]}}}, "10.1.0.5"),
+        (
+            {
+                "AllocatedResources": {
+                    "Shared": {"Ports": [{"Label": "http", "HostIP": "10.1.0.6"}]}
+                }
+            },
+            "10.1.0.6",
+        ),
+        ({"NetworkStatus": {"InterfaceName": "eth0", "Address": "172.26.64.9"}}, "172.26.64.9"),
+    ],
+)
+def test_pod_ip_is_the_allocations_own_address_else_its_clients(
+    alloc: dict[str, Any], expected: str
+) -> None:
+    assert pod_ip(alloc, "198.51.100.21") == expected
