@@ -4,15 +4,18 @@
       .kube        KubeClient           (gateway.kube; one for every node: one connection pool)
       .units       one NodeUnit per virtual node (gateway.nodeunit; ``settings.units()``)
       .templates   TemplatesSource      (live templates from ConfigMaps; one per process)
+      .teams       NamespaceTeams       (namespace team labels, list + watch; one per process)
       .metrics     the process's Metrics (one node: that node's; several: merged, ``node`` label)
 
 With one node (no ``[[nodes]]``) ``app.translator``, ``.events``, ``.leader``, ``.node``,
 ``.pods`` and ``.kubelet`` are that unit's, as before.  ``start()`` starts every unit's events
-recorder and translator, the plain-HTTP metrics/probe server, waits for the API server, then
-starts each unit (its leader Lease, its Node — blocking until registered, retrying while the API
-server is unreachable — its pod controller and kubelet server) and finally the templates
-source; ``stop()`` goes in reverse.  What is shared and what is per node:
-docs/design/multinode.md.
+recorder and translator, the plain-HTTP metrics/probe server, waits for the API server, acquires
+every node's leader Lease, starts the process-wide inputs (templates source, namespace team
+labels: they load in the background), then starts each unit (its start-up gate, its Node —
+blocking until registered, retrying while the API server is unreachable — its pod controller
+and kubelet server); ``stop()`` goes in reverse.  No pod of any node is synced before every
+input of that node's gate has loaded: the start-up order and the gate are in
+docs/design/startup.md.  What is shared and what is per node: docs/design/multinode.md.
 
 ``run_forever(settings)`` is what ``vkgate run`` calls: logging, SIGTERM/SIGINT → clean stop
 (stop renewing, leave the Node unless ``node.delete_on_shutdown``), exit code 0; a
@@ -38,6 +41,7 @@ from gateway.logging_setup import NODE, setup_logging
 from gateway.metrics import Metrics, NodeMetrics
 from gateway.node.leader import LEASES, LeaderElector, default_identity
 from gateway.nodeunit import Component, NodeUnit, load_translator
+from gateway.pods.teams import NamespaceTeams
 from translators.base import Translator
 from vkgate_core.clock import Clock, SystemClock
 
@@ -79,6 +83,25 @@ class App:
         identity = settings.ha.identity or default_identity()
         if translator is not None:
             given.setdefault(nodes[0].node.name, translator)
+        #: Live templates from ConfigMaps (templates.configmap_namespace), when configured;
+        #: candidates are validated against the first node's backend (its events recorder is
+        #: set below, once the units exist).
+        self.templates: TemplatesSource | None = None
+        if settings.templates.configmap_namespace:
+            self.templates = TemplatesSource(
+                self.kube,
+                self.renderer,
+                namespace=settings.templates.configmap_namespace,
+                backend=nodes[0].backend.kind,
+                backend_settings=nodes[0].backend.table(),
+                clock=self.clock,
+            )
+        #: The namespace team labels (templates.namespace_labels), shared by every node.
+        self.teams: NamespaceTeams | None = None
+        if settings.templates.namespace_labels:
+            self.teams = NamespaceTeams(self.kube, clock=self.clock)
+        #: The process-wide inputs of every node's start-up gate (gateway.inputs).
+        shared = tuple(c.input for c in (self.templates, self.teams) if c is not None)
         #: One unit per virtual node, all on ``self.kube``.  The plain-HTTP metrics/probe
         #: endpoint is one per process: the one node's kubelet server serves it (as before
         #: ``[[nodes]]`` existed); with several nodes the App does, for all of them.
@@ -93,6 +116,8 @@ class App:
                 ready=self.readiness,
                 process_metrics=single,
                 count_api=single,
+                inputs=shared,
+                teams=self.teams,
             )
             for n in nodes
         ]
@@ -103,19 +128,8 @@ class App:
         )
         if isinstance(self.metrics, NodeMetrics):
             self._count_api(self.metrics)
-        #: Live templates from ConfigMaps (templates.configmap_namespace), when configured;
-        #: candidates are validated against the first node's backend.
-        self.templates: TemplatesSource | None = None
-        if settings.templates.configmap_namespace:
-            self.templates = TemplatesSource(
-                self.kube,
-                self.renderer,
-                namespace=settings.templates.configmap_namespace,
-                events=first.events,
-                backend=first.settings.backend.kind,
-                backend_settings=first.settings.backend.table(),
-                clock=self.clock,
-            )
+        if self.templates is not None:
+            self.templates.events = first.events
         # Every write through ``kube`` is fenced on the leader Lease of every node.
         self.kube.fence = self._fence
         self._metrics_server: MetricsServer | None = None
@@ -218,8 +232,9 @@ class App:
         return "; ".join(reasons) or None
 
     def components(self) -> list[Component]:
-        """Process-wide optional components, in start order (each has async start()/stop())."""
-        return [c for c in (self.templates,) if c is not None]
+        """Process-wide optional components, in start order (each has async start()/stop()):
+        the inputs every node's pod syncs wait for."""
+        return [c for c in (self.templates, self.teams) if c is not None]
 
     async def _as(self, unit: NodeUnit, step: Coroutine[Any, Any, None]) -> None:
         """Run ``step`` in ``unit``'s logging context (``NODE``, with several nodes): every
@@ -238,11 +253,13 @@ class App:
         await self.units[0].node.wait_for_api()
         for unit in self.units:  # every write is fenced on every node's leader Lease
             await self._as(unit, unit.lead())
-        for unit in self.units:
-            await self._as(unit, unit.start())
+        # The shared inputs load in the background from here; each node's gate waits for them
+        # (docs/design/startup.md).  After leadership: a standby writes nothing (Events).
         for component in self.components():
             await component.start()
             self._started.append(component)
+        for unit in self.units:
+            await self._as(unit, unit.start())
 
     async def stop(self) -> None:
         """Stop what was started, in reverse; then the metrics server and the client."""

@@ -170,6 +170,15 @@ class PodSettings:
             "Seconds between re-reads of ConfigMaps/Secrets that pods reference", lo=1, hi=86400
         ),
     )
+    inputs_timeout: float = field(
+        default=60.0,
+        metadata=doc(
+            "Seconds pod syncs wait for their inputs (templates, team labels, caches, the "
+            "backend's first list) before the wait is the error InputsNotSynced; they keep waiting",
+            lo=1,
+            hi=86400,
+        ),
+    )
 
 
 @dataclass
@@ -181,6 +190,13 @@ class TemplateSettings:
         default="", metadata=doc("Namespace of ConfigMaps labelled vkgate.io/templates=true")
     )
     teams: dict[str, str] = field(default_factory=dict, metadata=doc("namespace → team"))
+    namespace_labels: bool = field(
+        default=True,
+        metadata=doc(
+            "Read the team from the namespace label vkgate.io/team (lists and watches namespaces);"
+            " false: templates.teams only, for identities that may not (system:node:<name>)"
+        ),
+    )
     default: dict[str, str] = field(
         default_factory=dict, metadata=doc("backend → default template name")
     )

@@ -5,15 +5,18 @@
       .metrics     this node's Metrics  (own registry; the App merges them with a ``node`` label)
       .events      EventRecorder        (source.host = this node)
       .leader      LeaderElector        (Lease kube-node-lease/vkgate-leader-<node>)
+      .gate        InputsGate           (gateway.inputs: what pod syncs wait for)
       .node        NodeController       (registration, status, Lease, backend health)
       .pods        PodController        (its own pod watch, field selector spec.nodeName=<node>)
       .kubelet     kubelet HTTPS server (its own port and serving certificate)
 
 The App (gateway.app) builds one unit per virtual node and hands every unit the same
-``KubeClient`` (one connection pool, one token bucket).  ``start_backend()`` starts the events
-recorder and the translator, ``lead()`` waits for this node's leader Lease, ``start()`` registers
-the Node, then starts each optional component in ``components()`` order; ``stop()`` goes in
-reverse.  The App leads every node before it starts any (its writes are fenced on all of them).  A component is any object with
+``KubeClient`` (one connection pool, one token bucket) and the process-wide inputs (template
+ConfigMaps, namespace team labels).  ``start_backend()`` starts the events recorder and the
+translator, ``lead()`` waits for this node's leader Lease, ``start()`` completes the node's
+start-up gate with the pod controller's own inputs and starts its watchdog, registers the Node
+(``Ready=False`` while the gate is closed), then starts each optional component in
+``components()`` order; ``stop()`` goes in reverse (docs/design/startup.md).  The App leads every node before it starts any (its writes are fenced on all of them).  A component is any object with
 async ``start()`` and ``stop()``.  A unit never stops another: a backend that is down keeps its
 Node ``Ready=False`` and its pods as they are, and retries (gateway.node.health), while the other
 units run on.
@@ -27,12 +30,14 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gateway.config import Settings
 from gateway.errors import StartupError
+from gateway.inputs import Input, InputsGate
 from gateway.kube.client import KubeClient
 from gateway.kube.events import EventRecorder
 from gateway.metrics import InstrumentedTranslator, Metrics
 from gateway.node.controller import NodeController
 from gateway.node.leader import LeaderElector
 from gateway.pods.controller import PodController
+from gateway.pods.teams import NamespaceTeams
 from translators import plugins
 from translators.base import Translator, TranslatorContext
 from translators.rendering import Renderer
@@ -90,10 +95,13 @@ class NodeUnit:
         ready: Callable[[], str | None] | None = None,
         process_metrics: bool = True,
         count_api: bool = True,
+        inputs: tuple[Input, ...] = (),
+        teams: NamespaceTeams | None = None,
     ) -> None:
         """``process_metrics``: this unit's registry also carries the process collectors (a
         single-node App exposes it as is); ``count_api``: it exposes the shared client's
-        counters (a multi-node App exposes those once, process-wide)."""
+        counters (a multi-node App exposes those once, process-wide).  ``inputs``: the
+        process-wide inputs of the start-up gate; ``teams``: the namespace team labels."""
         self.settings = settings
         self.name = settings.node.name
         self.kube = kube
@@ -115,7 +123,13 @@ class NodeUnit:
         )
         #: One instance drives a node: the leader Lease (docs/design/ha.md).
         self.leader = LeaderElector(kube, self.name, settings.ha, clock=clock, on_lost=on_lost)
-        self.node = NodeController(kube, backend, settings, clock=clock, events=self.events)
+        #: What this node's pod syncs, Ready condition and /readyz wait for (gateway.inputs).
+        self.gate = InputsGate(
+            inputs, clock=clock, timeout=settings.pods.inputs_timeout, node=self.name
+        )
+        self.node = NodeController(
+            kube, backend, settings, clock=clock, events=self.events, inputs=self.gate
+        )
         #: gateway.pods PodController: pod lifecycle; the kubelet server reads its pod cache.
         self.pods: PodController = PodController(
             kube,
@@ -128,6 +142,8 @@ class NodeUnit:
             allocatable=lambda: (
                 ((self.node.node or {}).get("status") or {}).get("allocatable") or {}
             ),
+            gate=self.gate,
+            teams=teams,
         )
         # A template change (e.g. a ConfigMap version accepted) retries the pods that failed
         # to translate; the gateway side subscribes, so translators never import gateway.
@@ -161,7 +177,8 @@ class NodeUnit:
         self._started: list[Any] = []
 
     def readiness(self) -> str | None:
-        """None when this node is registered and its backend answers its ping."""
+        """None when this node is registered, its backend answers its ping and every input of
+        its pod syncs has loaded (else the first of those that does not hold, as a reason)."""
         if not self.leader.still_leader():
             # A standby is ready when it sees a live leader it could replace.
             held = self.leader.observed_holder
@@ -171,6 +188,8 @@ class NodeUnit:
         if not self.node.ready:
             error = self.node.health.last_error or "no successful ping yet"
             return f"node {self.name}: {self.settings.backend.kind} backend unreachable: {error}"
+        if (waiting := self.gate.reason()) is not None:
+            return f"node {self.name}: {waiting}"
         return None
 
     def components(self) -> list[Component]:
@@ -191,7 +210,12 @@ class NodeUnit:
         self._started.append(self.leader)
 
     async def start(self) -> None:
-        """Register the Node, then start the pod controller and kubelet server."""
+        """Complete and start the start-up gate, register the Node, then start the pod
+        controller and kubelet server."""
+        if isinstance(self.pods, PodController):  # before the Node says Ready: known inputs
+            self.gate.add(*self.pods.inputs)
+        await self.gate.start()
+        self._started.append(self.gate)
         await self.node.start()
         self._started.append(self.node)
         for component in self.components():

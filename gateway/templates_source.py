@@ -17,6 +17,12 @@ keeps serving — and the rejection is a Warning Event ``TemplateRejected`` on t
 
 Renders that failed with ``TranslationError`` can be retried on change: the renderer's
 ``version`` grows and its ``subscribe`` callbacks run after every accepted change.
+
+Start-up: ``start()`` returns at once; the first list — every ConfigMap in it validated and
+accepted or rejected — is ``input``, an input of every node's start-up gate (gateway.inputs,
+docs/design/startup.md): no pod is synced before it, however long the list takes or fails
+(forbidden, API slow), because a pod rendered without its team's template keeps the default
+for good.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import TemplateSettings
+from gateway.inputs import Input
 from gateway.kube.reflector import Reflector
 from translators import plugins
 from translators.base import TranslationError
@@ -173,6 +180,8 @@ class TemplatesSource:
             params={"labelSelector": f"{LABEL}=true"},
             clock=clock or SystemClock(),
         )
+        #: The start-up gate's view of the first list (gateway.inputs).
+        self.input = Input.of_reflector(f"template ConfigMaps in {namespace}", self.reflector)
         #: ConfigMap key → its accepted templates.
         self.accepted: dict[str, dict[str, OverlayTemplate]] = {}
         #: ConfigMap key → digest of the last version looked at (accepted or rejected).
@@ -180,19 +189,9 @@ class TemplatesSource:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
-    async def start(self, *, sync_timeout: float = 10.0) -> None:
-        """Start watching; wait (up to ``sync_timeout``) for the first list to be applied, so
-        the first pods already render with the ConfigMap templates."""
+    async def start(self) -> None:
+        """Start listing and watching; returns at once (pod syncs wait for ``input``)."""
         self._task = asyncio.create_task(self.reflector.run(self.handle), name="templates-source")
-        try:
-            await asyncio.wait_for(self.reflector.synced.wait(), sync_timeout)
-        except TimeoutError:
-            log.warning(
-                "template ConfigMaps in %s not listed after %.0fs; continuing with the "
-                "templates loaded so far",
-                self.namespace,
-                sync_timeout,
-            )
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
-from gateway.kube.errors import ApiError, Gone
+from gateway.kube.errors import ApiError, Gone, truncate
 from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.kube.reflector")
@@ -149,6 +149,9 @@ class Reflector(Generic[T]):
             "errors": 0,
             "inactivity": 0,
         }
+        #: Why the last list or watch failed ("" after a successful list): what a start-up
+        #: gate reports while the first list has not succeeded (gateway.inputs).
+        self.last_error = ""
         self._last_event = 0.0
         self._in_handler = False
 
@@ -184,6 +187,7 @@ class Reflector(Generic[T]):
                 self.counts["errors"] += 1
                 failures += 1
                 delay = self.backoff.delay(failures, self._rng)
+                self.last_error = truncate(f"{'list' if need_list else 'watch'} failed: {exc}")
                 level = (
                     logging.WARNING if failures in (1, 5) or failures % 20 == 0 else logging.DEBUG
                 )
@@ -219,6 +223,7 @@ class Reflector(Generic[T]):
                 await self._call(handler, "ADDED", obj, None)
             elif _rv(prev) != _rv(obj) or _uid(prev) != _uid(obj):
                 await self._call(handler, "MODIFIED", obj, prev)
+        self.last_error = ""
         self.synced.set()
 
     # -- watch -------------------------------------------------------------------------

@@ -23,6 +23,8 @@ READY = "Ready"
 REASON_READY = "KubeletReady"
 REASON_NOT_READY = "KubeletNotReady"
 REASON_BACKEND_UNREACHABLE = "BackendUnreachable"
+#: Some input pod rendering reads has not loaded yet (gateway.inputs, docs/design/startup.md).
+REASON_INPUTS_NOT_SYNCED = "InputsNotSynced"
 
 
 @dataclass(frozen=True)

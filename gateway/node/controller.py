@@ -14,8 +14,13 @@ While the API server is unreachable, steps 1 and 3 retry with capped, jittered b
 one line per attempt (1 s, 2 s, 4 s … 30 s apart, so at most two lines a minute); wrong
 credentials or an invalid Node (401/403/422) fail startup with the server's message instead.
 
+``Ready`` is ``True`` only while the backend answers its ping **and** the node's start-up gate
+is open (gateway.inputs): until every input pod rendering reads has loaded, it is ``False`` with
+reason ``InputsNotSynced`` and the gate's reason as its message, so no pod is bound to a node that
+would render it wrongly (docs/design/startup.md).
+
 The status loop wakes every ``min(10 s, node.status_interval)`` or at once when backend health
-flips, refreshes capacity/nodeInfo from the backend, GETs the Node (404 → recreate: someone
+flips or the gate's reason changes, refreshes capacity/nodeInfo from the backend, GETs the Node (404 → recreate: someone
 deleted it while we run) and PATCHes ``nodes/<name>/status`` only when something we own differs
 from the server's object or ``node.status_interval`` has passed since the last write.
 """
@@ -32,6 +37,7 @@ from typing import Any, TypeVar
 
 from gateway.config import Settings
 from gateway.errors import StartupError
+from gateway.inputs import InputsGate
 from gateway.kube.backoff import Backoff
 from gateway.kube.client import NO_RETRY, KubeClient
 from gateway.kube.errors import (
@@ -71,7 +77,9 @@ class NodeController:
         events: EventRecorder | None = None,
         rng: random.Random | None = None,
         startup_backoff: Backoff | None = None,
+        inputs: InputsGate | None = None,
     ) -> None:
+        """``inputs``: the node's start-up gate; Ready waits for it (None: no gate)."""
         ns = settings.node
         self.client = client
         self.translator = translator
@@ -112,6 +120,9 @@ class NodeController:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._api_checked = False
+        self.inputs = inputs
+        if inputs is not None:
+            inputs.subscribe(self.wake)
 
     # -- public state ------------------------------------------------------------------
 
@@ -279,6 +290,14 @@ class NodeController:
                 ready=False,
                 backend_kind=self.kind,
                 not_ready_message=f"{self.kind} backend health not checked yet",
+            )
+        waiting = self.inputs.reason() if self.inputs is not None else None
+        if self.health.healthy and waiting is not None:
+            return cond.desired_conditions(
+                ready=False,
+                backend_kind=self.kind,
+                not_ready_reason=cond.REASON_INPUTS_NOT_SYNCED,
+                not_ready_message=waiting,
             )
         return cond.desired_conditions(
             ready=self.health.healthy,

@@ -7,12 +7,15 @@
     RefCache.refresh()    (referenced ConfigMaps/Secrets changed) ───▶  write status, events)
     templates_changed()   (Renderer.subscribe) ──▶ the pods that failed to translate, at once
 
-Startup order matters for "no duplicate submission after a restart": the pod cache syncs first,
-then ONE successful ``translator.list()`` indexes every existing workload by pod UID (adoption),
-and only then do workers start — a pod whose workload exists is never created again.  Workloads
+Startup order matters (docs/design/startup.md).  For "no duplicate submission after a restart":
+the pod cache syncs first, then ONE successful ``translator.list()`` indexes every existing
+workload by pod UID (adoption) — a pod whose workload exists is never created again.  Workloads
 whose pod is gone (and which carry our node name) are queued for deletion before anything else.
 If the backend is down at startup the controller keeps retrying that first list in the
-background (the node reports the outage; nothing is created blind).
+background (the node reports the outage; nothing is created blind).  For "rendered with every
+input": the workers start only once the node's start-up gate is open (``gateway.inputs``: the
+template ConfigMaps, the namespace team labels, and this controller's own two inputs above,
+``inputs``), so no pod is rendered before its team's templates and label are loaded.
 
 The decisions per pod live in ``sync.PodSync``; this module owns the loops and the shared state.
 """
@@ -28,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.config import Settings
+from gateway.inputs import Input, InputsGate
 from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError
@@ -38,6 +42,7 @@ from gateway.pods.keys import GoneKey, PodKey, QueueKey
 from gateway.pods.queue import ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.sync import Deferred, PodState, PodSync, Retry, pod_key
+from gateway.pods.teams import NamespaceTeams
 from gateway.pods.translation import TranslationRetries
 from translators.base import (
     BackendThrottled,
@@ -75,7 +80,12 @@ class PodController:
         allocatable: Callable[[], Mapping[str, str]] = dict,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
+        gate: InputsGate | None = None,
+        teams: NamespaceTeams | None = None,
     ) -> None:
+        """``gate``: the node's start-up gate (gateway.inputs), which holds ``inputs`` too (the
+        node unit adds them); None: a gate of this controller's own inputs.  ``teams``: the
+        namespace team labels (gateway.pods.teams; None: no labels are read)."""
         self.kube = kube
         self.translator = translator
         #: Sync latencies go to ``metrics.pod_sync`` (gateway.metrics) when given.
@@ -101,7 +111,9 @@ class PodController:
             params={"fieldSelector": f"spec.nodeName={self.node_name}"},
             clock=self.clock,
         )
-        self.refs = RefCache(kube, clock=self.clock, refresh_interval=ps.config_refresh_interval)
+        self.refs = RefCache(
+            kube, clock=self.clock, refresh_interval=ps.config_refresh_interval, teams=teams
+        )
         self.state = PodState()
         #: Pods whose last sync failed to translate (policy in ``gateway.pods.translation``).
         self.translation = TranslationRetries(clock=self.clock, rng=self._rng)
@@ -131,6 +143,21 @@ class PodController:
             translation=self.translation,
         )
         self.ready = asyncio.Event()
+        #: Set once the first backend list succeeded (adoption done).
+        self.listed = asyncio.Event()
+        self._list_problem = ""
+        #: What this controller loads before it may sync a pod: the start-up gate's view.
+        self.inputs = (
+            Input.of_reflector(f"the cache of pods bound to {self.node_name}", self.reflector),
+            Input(
+                f"the {translator.kind} backend's first list",
+                loaded=self.listed,
+                problem=lambda: self._list_problem,
+            ),
+        )
+        self.gate = gate or InputsGate(
+            self.inputs, clock=self.clock, timeout=ps.inputs_timeout, node=self.node_name
+        )
         self._kick = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_list = float("-inf")
@@ -157,9 +184,11 @@ class PodController:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start the pod watch and the start-up sequence; returns at once (a pod list that
+        cannot load must not keep the kubelet server, or another node, from starting: the gate
+        reports it)."""
         self._loop = asyncio.get_running_loop()
         self._spawn(self.reflector.run(self._on_pod_event), "pod-reflector")
-        await self.reflector.synced.wait()
         self._spawn(self._startup(), "pod-startup")
 
     async def stop(self) -> None:
@@ -175,6 +204,7 @@ class PodController:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     async def _startup(self) -> None:
+        await self.reflector.synced.wait()
         backoff = Backoff(base=1.0, cap=30.0)
         failures = 0
         while True:
@@ -184,6 +214,7 @@ class PodController:
             except TranslatorError as exc:
                 failures += 1
                 delay = backoff.delay(failures, self._rng)
+                self._list_problem = f"list failed: {exc}"
                 log.warning(
                     "initial backend list failed (%s); no pod is created before it succeeds; "
                     "retry in %.1fs",
@@ -192,6 +223,7 @@ class PodController:
                 )
                 await self.clock.sleep(delay)
         self._last_list = self.clock.monotonic()
+        self._list_problem = ""
         adopted = orphans = 0
         for st in states:
             self.state.workloads[st.ref.uid] = st
@@ -204,6 +236,9 @@ class PodController:
             elif self._ours(st):
                 self._queue_delete(GoneKey(PodKey(st.ref.key), st.ref.uid), None)
                 orphans += 1
+        self.listed.set()
+        # The one gate: no pod is rendered before every input rendering reads has loaded.
+        await self.gate.wait()
         log.info(
             "pod controller ready: %d pods on this node, %d backend workloads "
             "(%d adopted, %d orphans to delete)",

@@ -19,8 +19,11 @@ missing pull secret (404) is a Warning event, an unreadable one holds the pod an
 
 Services (for service link variables) are listed per namespace and cached for the same
 interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod.  The team is
-the namespace label ``vkgate.io/team`` (cached), else the config's namespace → team map
-(``templates.teams``); ``ResolvedPod.team_source`` says which.
+the namespace label ``vkgate.io/team`` (a live cache of the labelled namespaces, loaded before
+any pod is synced: gateway.pods.teams), else the config's namespace → team map
+(``templates.teams``); ``ResolvedPod.team_source`` says which.  Every other read here happens
+while the pod is synced, so it has no initial load to wait for; one that fails holds the pod
+(``ReadError``) instead of reading as "absent" (docs/design/startup.md).
 
 **One resolver, two adapters.**  ``Resolver`` reads the cluster only through the ``Lookups``
 port: ``RefCache`` is the live adapter (the API server, cached), ``gateway.offline.FileLookups``
@@ -53,6 +56,7 @@ from gateway.pods import features as featmod
 from gateway.pods import pullsecrets as pullmod
 from gateway.pods import volumes as volmod
 from gateway.pods.env import EnvSources, Event, Lookup, ReadError
+from gateway.pods.teams import NamespaceTeams
 from translators.base import (
     Features,
     ResolvedContainer,
@@ -106,15 +110,17 @@ class RefCache:
         clock: Clock | None = None,
         refresh_interval: float = 30.0,
         concurrency: int = 8,
+        teams: NamespaceTeams | None = None,
     ) -> None:
+        """``teams``: the namespace label cache (None: no team labels are read)."""
         self.kube = kube
+        self.teams = teams
         self.clock: Clock = clock or SystemClock()
         self.refresh_interval = refresh_interval
         self._sem = asyncio.Semaphore(concurrency)
         self._cache: dict[RefKey, _Entry] = {}
         self._by_pod: dict[str, set[RefKey]] = {}
         self._services: dict[str, tuple[float, list[dict[str, Any]]]] = {}
-        self._teams: dict[str, tuple[float, str]] = {}
         #: Counters for tests and metrics.
         self.reads = 0
 
@@ -219,18 +225,7 @@ class RefCache:
         return out
 
     async def team(self, namespace: str) -> str:
-        now = self.clock.monotonic()
-        cached = self._teams.get(namespace)
-        if cached is not None and now - cached[0] < self.refresh_interval * 10:
-            return cached[1]
-        try:
-            ns = await self.kube.get(f"/api/v1/namespaces/{namespace}")
-            team = str(((ns.get("metadata") or {}).get("labels") or {}).get(TEAM_LABEL, ""))
-        except ApiError as exc:
-            log.debug("cannot read namespace %s for its team label: %s", namespace, exc)
-            team = ""
-        self._teams[namespace] = (now, team)
-        return team
+        return self.teams.team(namespace) if self.teams is not None else ""
 
     async def token(self, pod: Mapping[str, Any], key: volmod.TokenKey) -> str | ReadError:
         audience, seconds, sa = key

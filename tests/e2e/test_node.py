@@ -241,7 +241,12 @@ def test_node_identity_under_node_restriction(start_gateway, control_plane, kube
     an existing Node unless they need to change."""
     name = "vk-e2e-noderestr"
     gw = start_gateway(
-        {"kube": {"kubeconfig": str(control_plane.node_kubeconfig(name))}}, node_name=name
+        {
+            "kube": {"kubeconfig": str(control_plane.node_kubeconfig(name))},
+            # nodes may not list namespaces (deploy/README.md, "Running as the node identity")
+            "templates": {"namespace_labels": False},
+        },
+        node_name=name,
     )
     node = wait_until("Ready=True", ready_is(control_plane, name, "True", "KubeletReady"))
     assert node["metadata"]["labels"]["type"] == "virtual-kubelet"

@@ -41,6 +41,8 @@ def start_gateway(start_gateway: Any, control_plane: Any) -> Iterator[Any]:
         settings = dict(settings or {})
         kubeconfig = str(control_plane.node_kubeconfig(name))
         settings["kube"] = {**settings.get("kube", {}), "kubeconfig": kubeconfig}
+        # nodes may not list namespaces: teams from templates.teams only (docs/design/startup.md)
+        settings["templates"] = {**settings.get("templates", {}), "namespace_labels": False}
         gw = start_gateway(settings, node_name=name, **kwargs)
         started.append(gw)
         return gw

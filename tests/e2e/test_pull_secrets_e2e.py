@@ -102,7 +102,12 @@ def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
 ) -> None:
     node = f"vk-pull-{uuid.uuid4().hex[:6]}"
     gw = start_gateway(
-        {"kube": {"kubeconfig": str(control_plane.node_kubeconfig(node))}}, node_name=node
+        {
+            "kube": {"kubeconfig": str(control_plane.node_kubeconfig(node))},
+            # nodes may not list namespaces: teams from templates.teams only
+            "templates": {"namespace_labels": False},
+        },
+        node_name=node,
     )
     ns = f"pull-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", ns)

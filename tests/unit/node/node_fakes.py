@@ -4,7 +4,8 @@ Objects live in a dict keyed by their API path.  It implements what the real ser
 these verbs that our code relies on: uid/resourceVersion assignment, 404/409, ``resourceVersion``
 preconditions on PUT and PATCH, a strategic merge that merges ``conditions``/``addresses`` by
 ``type`` (the Node API's patch-merge keys) and replaces other lists (``spec.taints``), and the
-``/status`` subresource touching only ``status``.  ``fail(...)`` queues injected failures.
+``/status`` subresource touching only ``status``, and the lists of namespaces and ConfigMaps.
+``fail(...)`` queues injected failures.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from translators.quantity import cpu_millis, format_bytes, format_cpu, parse_qua
 from vkgate_core.clock import FakeClock
 
 MERGE_KEYS = {"conditions": "type", "addresses": "type"}
+#: The collections the agent lists and watches that this fake serves (namespaces for the team
+#: labels, ConfigMaps for the templates).
+COLLECTIONS = re.compile(r"^/api/v1/namespaces(/[^/]+/configmaps)?$")
 
 
 def strategic_merge(base: Any, patch: Any, key: str = "") -> Any:
@@ -121,6 +125,25 @@ class FakeApi:
 
     # -- transport ---------------------------------------------------------------------
 
+    def _collection(self, request: httpx.Request) -> httpx.Response:
+        """List a collection's objects (``labelSelector``: ``key`` or ``key=value`` terms); a
+        watch ends at once with no event (the client re-watches after its backoff)."""
+        if request.url.params.get("watch") == "true":
+            return httpx.Response(200, text="")
+        path = request.url.path
+        terms = [t.partition("=") for t in request.url.params.get("labelSelector", "").split(",")]
+
+        def selected(obj: dict[str, Any]) -> bool:
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            return all(k in labels and (not v or labels[k] == v) for k, _, v in terms if k)
+
+        items = [
+            o
+            for p, o in self.objects.items()
+            if p.startswith(path + "/") and p.count("/") == path.count("/") + 1 and selected(o)
+        ]
+        return self._json(200, {"items": items, "metadata": {"resourceVersion": "1"}})
+
     def _json(self, code: int, body: Any) -> httpx.Response:
         return httpx.Response(code, json=body)
 
@@ -139,6 +162,8 @@ class FakeApi:
             if not self.lease_api:
                 return httpx.Response(404, text="404 page not found")
             return self._json(200, {"kind": "APIResourceList", "resources": [{"name": "leases"}]})
+        if method == "GET" and COLLECTIONS.match(path):
+            return self._collection(request)
         if path.endswith("/events"):
             return self._json(201, body)
         if "/events/" in path:

@@ -6,7 +6,10 @@ them back and ``expire_watches()`` ends every watch with 410 Gone), graceful del
 (``deletionTimestamp`` + ``deletionGracePeriodSeconds``, removal on ``gracePeriodSeconds: 0``),
 the UID precondition on DELETE and on status patches, a strategic merge of the status
 (``conditions`` on ``type``, ``podIPs``/``hostIPs`` on ``ip``), Events, ConfigMaps/Secrets/
-Services GETs and lists.  Every write is recorded in ``writes``.
+Services GETs and lists, Namespaces, and list + watch of any collection (a watch sees only its
+own collection's events; ``labelSelector`` and the pods' ``spec.nodeName`` field selector are
+honoured, ``forbidden`` paths answer 403).  Every
+write is recorded in ``writes``.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class FakeKube:
         self.clock = clock
         self.objects: dict[str, dict[str, Any]] = {}
         self._rv = itertools.count(100)
-        self._watchers: list[asyncio.Queue[Any]] = []
+        self._watchers: list[tuple[str, asyncio.Queue[Any]]] = []
         self.paused = False
         self._held: list[dict[str, Any]] = []
         self.writes: list[tuple[str, str, Any]] = []
@@ -61,18 +64,38 @@ class FakeKube:
         obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
 
     def _emit(self, etype: str, obj: dict[str, Any]) -> None:
-        if "/pods/" not in self._path_of(obj):
-            return
-        ev = {"type": etype, "object": copy.deepcopy(obj)}
+        path = self._path_of(obj)
+        ev = {"type": etype, "object": copy.deepcopy(obj), "path": path}
         if self.paused:
             self._held.append(ev)
             return
-        for q in self._watchers:
-            q.put_nowait(ev)
+        for watched, q in self._watchers:
+            if self._in(watched, path):
+                q.put_nowait(ev)
+
+    @staticmethod
+    def _in(collection: str, path: str) -> bool:
+        """Whether the object at ``path`` belongs to ``collection`` (a list/watch path)."""
+        if collection == "/api/v1/pods":
+            return "/pods/" in path
+        return path.startswith(collection.rstrip("/") + "/") and path.count("/") == (
+            collection.rstrip("/").count("/") + 1
+        )
+
+    @staticmethod
+    def _selected(obj: dict[str, Any], selector: str) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        for term in filter(None, selector.split(",")):
+            key, _, value = term.partition("=")
+            if key not in labels or (value and labels[key] != value):
+                return False
+        return True
 
     @staticmethod
     def _path_of(obj: dict[str, Any]) -> str:
         meta = obj.get("metadata") or {}
+        if obj.get("kind") == "Namespace":
+            return f"/api/v1/namespaces/{meta.get('name')}"
         kind = {
             "Pod": "pods",
             "ConfigMap": "configmaps",
@@ -84,7 +107,8 @@ class FakeKube:
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", "default")
+        if obj.get("kind") != "Namespace":
+            meta.setdefault("namespace", "default")
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", ts(self.clock.now()))
         if obj.get("kind", "Pod") == "Pod":
@@ -124,7 +148,7 @@ class FakeKube:
         """End every watch with 410 Gone and drop what was held back (a compacted history)."""
         self.paused = False
         self._held.clear()
-        for q in self._watchers:
+        for _, q in self._watchers:
             q.put_nowait(_GONE)
 
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
@@ -149,6 +173,8 @@ class FakeKube:
 
     async def list(self, path: str, *, params: Any = None) -> dict[str, Any]:
         await asyncio.sleep(0)
+        if path in self.forbidden:
+            raise Forbidden(f"{path} is forbidden", status=403, reason="Forbidden")
         params = params or {}
         items: list[dict[str, Any]] = []
         if path == "/api/v1/pods":
@@ -157,22 +183,34 @@ class FakeKube:
             for p, obj in self.objects.items():
                 if "/pods/" in p and (node is None or obj["spec"].get("nodeName") == node):
                     items.append(copy.deepcopy(obj))
+        elif path == "/api/v1/namespaces":
+            items = [copy.deepcopy(o) for p, o in self.objects.items() if self._in(path, p)]
         else:
             prefix = path.rstrip("/") + "/"
             items = [copy.deepcopy(o) for p, o in self.objects.items() if p.startswith(prefix)]
+        selector = str(params.get("labelSelector", ""))
+        items = [o for o in items if self._selected(o, selector)]
         return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
 
     async def watch(self, path: str, *, params: Any = None) -> AsyncIterator[dict[str, Any]]:
         q: asyncio.Queue[Any] = asyncio.Queue()
-        self._watchers.append(q)
+        entry = (path, q)
+        self._watchers.append(entry)
+        selector = str((params or {}).get("labelSelector", ""))
+        fields = str((params or {}).get("fieldSelector", ""))
+        node = fields.split("=", 1)[1] if fields.startswith("spec.nodeName=") else None
         try:
             while True:
                 ev = await q.get()
                 if ev is _GONE:
                     raise Gone("too old resource version", status=410, reason="Expired")
-                yield ev
+                obj = ev["object"]
+                if node is not None and (obj.get("spec") or {}).get("nodeName") != node:
+                    continue
+                if self._selected(obj, selector):
+                    yield {"type": ev["type"], "object": obj}
         finally:
-            self._watchers.remove(q)
+            self._watchers.remove(entry)
 
     async def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         await asyncio.sleep(0)

@@ -1,0 +1,246 @@
+"""No pod is rendered before every input its rendering reads has loaded (gateway.inputs,
+docs/design/startup.md): a pod created while the template ConfigMaps — or the namespace team
+labels — cannot be listed waits, then renders with its team's template.  One node and two nodes
+sharing the process-wide inputs, on the fake API server and a fake clock.
+
+The translator renders the real Nomad job (``NomadTranslator.render_spec``, what its ``create``
+submits) with the shared renderer and records it, over the simulated backend's lifecycle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pods_fakes import FakeKube, Polled, run_for, settle, sim_clock
+
+from gateway.config import Settings, TemplateSettings
+from gateway.inputs import InputsGate
+from gateway.kube.events import EventRecorder
+from gateway.pods.controller import PodController
+from gateway.pods.teams import NamespaceTeams
+from gateway.templates_source import TemplatesSource, renderer_from_settings
+from translators.base import ResolvedPod, TranslatorContext, WorkloadState
+from translators.nomad import NomadTranslator
+from translators.rendering import Renderer
+from translators.simulated import SimulatedTranslator
+from vkgate_core.clock import FakeClock
+
+SYSTEM = "vkgate-system"
+CONFIGMAPS = f"/api/v1/namespaces/{SYSTEM}/configmaps"
+NAMESPACES = "/api/v1/namespaces"
+TEAM_TEMPLATE = (
+    '{% extends "nomad/job.j2" %}\n'
+    "{% set backend_info = dict(backend_info, priority=80) %}\n"
+    '{% block meta %}{{ dict(n.meta, **{"team": team}) | tojson }}{% endblock %}\n'
+)
+
+
+class Rendering(Polled):
+    """Records the Nomad job each created pod renders to (``"<ns>/<name>"`` → Job)."""
+
+    def __init__(self, inner: SimulatedTranslator, renderer: Renderer) -> None:
+        super().__init__(inner)
+        self.nomad = NomadTranslator(
+            TranslatorContext(node_name=inner.node_name, settings={}, renderer=renderer),
+            environ={},
+        )
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    async def create(self, pod: ResolvedPod) -> WorkloadState:
+        self.jobs[f"{pod.namespace}/{pod.name}"] = self.nomad.render_spec(pod)["Job"]
+        return await super().create(pod)
+
+
+@dataclass
+class Process:
+    """One vkgate process on the fake API server: the shared inputs and one controller per node."""
+
+    clock: FakeClock
+    kube: FakeKube
+    renderer: Renderer
+    templates: TemplatesSource
+    teams: NamespaceTeams
+    controllers: dict[str, PodController] = field(default_factory=dict)
+    backends: dict[str, Rendering] = field(default_factory=dict)
+
+    def job(self, key: str) -> dict[str, Any] | None:
+        return next((b.jobs[key] for b in self.backends.values() if key in b.jobs), None)
+
+    async def stop(self) -> None:
+        for ctl in self.controllers.values():
+            await ctl.stop()
+            await ctl.gate.stop()
+        await self.templates.stop()
+        await self.teams.stop()
+
+
+def namespace(name: str, **labels: str) -> dict[str, Any]:
+    return {"kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def pod(ns: str, name: str, node: str) -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "busybox:1.36"}]},
+    }
+
+
+def team_configmap() -> dict[str, Any]:
+    return {
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "ml-templates",
+            "namespace": SYSTEM,
+            "labels": {"vkgate.io/templates": "true", "vkgate.io/team": "ml"},
+        },
+        "data": {"nomad__job.j2": TEAM_TEMPLATE},
+    }
+
+
+async def start_process(
+    tmp_path: Path, kube: FakeKube, clock: FakeClock, nodes: list[str]
+) -> Process:
+    renderer = renderer_from_settings(TemplateSettings(), kinds=["nomad"])
+    templates = TemplatesSource(
+        kube, renderer, namespace=SYSTEM, validator=lambda *_: [], clock=clock
+    )
+    proc = Process(clock, kube, renderer, templates, NamespaceTeams(kube, clock=clock))  # type: ignore[arg-type]
+    await templates.start()
+    await proc.teams.start()
+    for node in nodes:  # as gateway.nodeunit builds each node: shared inputs + the node's own
+        settings = Settings()
+        settings.node.name = node
+        sim = SimulatedTranslator(
+            None,
+            clock=sim_clock(clock),
+            node_name=node,
+            state_file=str(tmp_path / f"{node}.json"),
+            start_delay=1.0,
+        )
+        backend = Rendering(sim, renderer)
+        gate = InputsGate([templates.input, proc.teams.input], clock=clock, timeout=30, node=node)
+        ctl = PodController(
+            kube,  # type: ignore[arg-type]
+            backend,
+            EventRecorder(kube, host=node, clock=clock),  # type: ignore[arg-type]
+            settings,
+            clock=clock,
+            gate=gate,
+            teams=proc.teams,
+        )
+        gate.add(*ctl.inputs)
+        await gate.start()
+        await ctl.start()
+        proc.controllers[node], proc.backends[node] = ctl, backend
+    await settle()
+    return proc
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    k = FakeKube(FakeClock())
+    k.add(namespace("ml", **{"vkgate.io/team": "ml"}))
+    k.add(namespace("other"))
+    k.add(team_configmap())
+    return k
+
+
+@pytest.fixture
+async def started(tmp_path: Path, kube: FakeKube) -> AsyncIterator[list[Process]]:
+    procs: list[Process] = []
+    yield procs
+    for p in procs:
+        await p.stop()
+
+
+async def test_a_pod_created_while_the_team_templates_cannot_load_waits_for_them(
+    tmp_path: Path, kube: FakeKube, started: list[Process]
+) -> None:
+    kube.forbidden.add(CONFIGMAPS)  # the Role in vkgate-system is not bound yet
+    proc = await start_process(tmp_path, kube, kube.clock, ["vk-1"])
+    started.append(proc)
+    await run_for(kube.clock, 1)
+    kube.add(pod("ml", "a", "vk-1"))
+    kube.add(pod("other", "b", "vk-1"))
+    await run_for(kube.clock, 20)
+    gate = proc.controllers["vk-1"].gate
+    assert proc.backends["vk-1"].jobs == {}  # nothing rendered, not even the default's pod
+    assert kube.status_writes("a") == 0 and kube.status_writes("b") == 0
+    reason = gate.reason() or ""
+    assert reason.startswith(f"pod syncs wait for template ConfigMaps in {SYSTEM} (list failed: ")
+    assert "403" in reason and "namespace team labels" not in reason  # that one has loaded
+
+    kube.forbidden.discard(CONFIGMAPS)  # granted: the reflector's next list succeeds
+    await run_for(kube.clock, 40)
+    assert gate.is_open
+    job_a, job_b = proc.job("ml/a"), proc.job("other/b")
+    assert job_a is not None and job_b is not None
+    assert job_a["Priority"] == 80 and job_a["Meta"]["team"] == "ml"  # the team's template
+    assert job_b["Priority"] == 50 and "team" not in job_b["Meta"]  # others: the default
+
+
+async def test_a_pod_created_while_the_namespace_labels_cannot_load_waits_for_them(
+    tmp_path: Path, kube: FakeKube, started: list[Process]
+) -> None:
+    kube.forbidden.add(NAMESPACES)  # list/watch namespaces not granted yet
+    proc = await start_process(tmp_path, kube, kube.clock, ["vk-1"])
+    started.append(proc)
+    kube.add(pod("ml", "a", "vk-1"))
+    await run_for(kube.clock, 20)
+    assert proc.renderer.exists("teams/ml/nomad/job.j2")  # the templates did load
+    assert proc.backends["vk-1"].jobs == {}
+    reason = proc.controllers["vk-1"].gate.reason() or ""
+    assert reason.startswith("pod syncs wait for namespace team labels (list failed: ")
+
+    kube.forbidden.discard(NAMESPACES)
+    await run_for(kube.clock, 40)
+    job = proc.job("ml/a")
+    assert job is not None and job["Priority"] == 80 and job["Meta"]["team"] == "ml"
+
+
+async def test_a_label_added_later_is_seen_through_the_watch(
+    tmp_path: Path, kube: FakeKube, started: list[Process]
+) -> None:
+    proc = await start_process(tmp_path, kube, kube.clock, ["vk-1"])
+    started.append(proc)
+    kube.add(namespace("late"))
+    await run_for(kube.clock, 2)
+    assert proc.controllers["vk-1"].gate.is_open and proc.teams.team("late") == ""
+    kube.add(namespace("late", **{"vkgate.io/team": "ml"}))  # kubectl label namespace late …
+    await settle()
+    assert proc.teams.team("late") == "ml"
+    kube.add(pod("late", "a", "vk-1"))
+    await run_for(kube.clock, 2)
+    job = proc.job("late/a")
+    assert job is not None and job["Priority"] == 80 and job["Meta"]["team"] == "ml"
+
+
+async def test_every_node_of_a_process_waits_for_the_shared_inputs(
+    tmp_path: Path, kube: FakeKube, started: list[Process]
+) -> None:
+    kube.forbidden.update({CONFIGMAPS, NAMESPACES})
+    proc = await start_process(tmp_path, kube, kube.clock, ["vk-a", "vk-b"])
+    started.append(proc)
+    kube.add(pod("ml", "a", "vk-a"))
+    kube.add(pod("ml", "b", "vk-b"))
+    await run_for(kube.clock, 20)
+    for node in ("vk-a", "vk-b"):
+        assert proc.backends[node].jobs == {}
+        reason = proc.controllers[node].gate.reason() or ""
+        assert "template ConfigMaps" in reason and "namespace team labels" in reason
+    kube.forbidden.discard(CONFIGMAPS)
+    await run_for(kube.clock, 40)
+    assert all(b.jobs == {} for b in proc.backends.values())  # the labels still missing
+    kube.forbidden.discard(NAMESPACES)
+    await run_for(kube.clock, 40)
+    for key, node in (("ml/a", "vk-a"), ("ml/b", "vk-b")):
+        assert list(proc.backends[node].jobs) == [key]
+        job = proc.job(key)
+        assert job is not None and job["Priority"] == 80 and job["Meta"]["team"] == "ml"
+    assert json.loads((tmp_path / "vk-a.json").read_text())  # the simulated workload exists
