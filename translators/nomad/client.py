@@ -4,9 +4,14 @@ Why not python-nomad: it is synchronous, defaults to ``verify=False``, has no bl
 buffers ``follow`` logs and has no exec.  This client is a thin layer over ``httpx`` that
 owns exactly four concerns:
 
-* **connection policy** — one ``httpx.AsyncClient`` with TLS verified by default (CA bundle,
-  mTLS client cert, explicit ``skip_verify``), connect/read timeouts and a pool below Nomad's
-  100-connections-per-IP limit;
+* **connection policy** — one ``httpx.AsyncClient`` with TLS verified by default (CA bundle or
+  directory, mTLS client cert, server name, explicit ``skip_verify``: the ``NOMAD_*`` variables of
+  a ``nomad`` shell), connect/read timeouts and a pool below Nomad's 100-connections-per-IP
+  limit.  The exec WebSocket uses the same ``ssl`` context and server name (``exec.py``); a TLS
+  failure is never retried (``TLSGuard``: it cannot heal by itself) and reads as one line;
+* **the endpoint table** — every path is looked up in ``acl.ENDPOINTS`` before it is sent (an
+  unlisted call fails), a ``Permission denied`` names what the endpoint needs, and refusals are
+  remembered until a call that needs the same grant succeeds (``acl.Refusals``);
 * **identity** — ``X-Nomad-Token`` and the ``namespace``/``region`` query parameters on every
   call;
 * **retries as data** — the one retry layer (``vkgate_core.retry.RetryTransport``,
@@ -26,18 +31,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from translators.base import BackendUnavailable
+from translators.base import BackendAuthError, BackendError, BackendUnavailable
+from translators.nomad.acl import Endpoint, Refusals, endpoint_for
 from translators.nomad.config import NomadConfig
-from translators.nomad.errors import error_for_status, error_for_transport
+from translators.nomad.errors import error_for_status, error_for_transport, tls_problem
 from vkgate_core.retry import NO_RETRY, RETRY, RetryPolicy, RetryTransport
+from vkgate_core.settings import SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +69,110 @@ class Reply:
     headers: httpx.Headers
 
 
+def _pem_dir(directory: str) -> str:
+    """Every certificate in a directory tree (``NOMAD_CAPATH``): like Nomad's client
+    (go-rootcerts ``LoadCAPath``), each regular file must be PEM; hidden files count too."""
+    pems: list[str] = []
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root, name)
+            text = path.read_text(encoding="ascii", errors="replace")
+            if "-----BEGIN CERTIFICATE-----" not in text:
+                raise SettingsError("backend.nomad.ca_path", f"no PEM certificate in {path}")
+            pems.append(text)
+    if not pems:
+        raise SettingsError("backend.nomad.ca_path", f"no certificate files in {directory}")
+    return "\n".join(pems)
+
+
 def ssl_context(config: NomadConfig) -> ssl.SSLContext | bool:
-    """TLS settings for both httpx and the exec WebSocket.  Verified unless ``skip_verify``."""
-    if not config.address.startswith("https://") and not config.ca_cert:
+    """TLS settings for every connection (httpx and the exec WebSocket).  Verified unless
+    ``skip_verify``; ``ca_cert`` wins over ``ca_path`` (as in Nomad's CLI); either replaces
+    the system roots.  A file that cannot be loaded is a ``SettingsError`` naming its key."""
+    if not config.address.startswith("https://") and not (config.ca_cert or config.ca_path):
         return True
-    if config.skip_verify:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    else:
-        ctx = ssl.create_default_context(cafile=config.ca_cert or None)
-    if config.client_cert:
-        ctx.load_cert_chain(config.client_cert, config.client_key or None)
+    key = "ca_cert"
+    try:
+        if config.skip_verify:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif config.ca_cert:
+            ctx = ssl.create_default_context(cafile=config.ca_cert)
+        elif config.ca_path:
+            key = "ca_path"
+            ctx = ssl.create_default_context(cadata=_pem_dir(config.ca_path))
+        else:
+            ctx = ssl.create_default_context()
+        if config.client_cert:
+            key = "client_cert"
+            ctx.load_cert_chain(config.client_cert, config.client_key or None)
+    except SettingsError:
+        raise
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise SettingsError(f"backend.nomad.{key}", f"cannot load: {exc}") from exc
     return ctx
+
+
+class TLSFailure(httpx.HTTPError):
+    """A TLS handshake that failed (wrong CA, no client certificate, name mismatch).  Not an
+    ``httpx.TransportError``, so the retry layer does not repeat what cannot heal by itself."""
+
+
+class TLSGuard(httpx.AsyncBaseTransport):
+    """Turns every TLS error of the inner transport into ``TLSFailure`` — also the raw
+    ``ssl.SSLError`` httpcore lets through when the server's alert (e.g. "certificate
+    required") arrives with the response instead of during the handshake."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    @staticmethod
+    def _failure(exc: BaseException, request: httpx.Request) -> TLSFailure | None:
+        problem = tls_problem(exc)
+        if problem is None:
+            return None
+        failure = TLSFailure(problem)
+        failure.request = request
+        return failure
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = await self.inner.handle_async_request(request)
+        except (httpx.TransportError, ssl.SSLError) as exc:
+            failure = self._failure(exc, request)
+            if failure is None:
+                raise
+            raise failure from exc
+        if not isinstance(response.stream, httpx.AsyncByteStream):
+            return response
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_GuardedStream(response.stream, request),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _GuardedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request) -> None:
+        self.inner = inner
+        self.request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.inner:
+                yield chunk
+        except ssl.SSLError as exc:
+            failure = TLSGuard._failure(exc, self.request)
+            raise (failure or exc) from exc
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class NomadClient:
@@ -104,12 +204,15 @@ class NomadClient:
             base_url=config.address,
             headers=headers,
             timeout=timeout,
-            transport=RetryTransport(transport, policy=self.retry, sleep=sleep),
+            transport=RetryTransport(TLSGuard(transport), policy=self.retry, sleep=sleep),
             trust_env=False,
         )
+        #: httpcore sends ``sni_hostname`` as the TLS server name: SNI and the name verified.
         self._extensions: dict[str, Any] = (
             {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
         )
+        #: ACL refusals seen, until a call that needs the same grant succeeds.
+        self.refusals = Refusals()
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -142,8 +245,23 @@ class NomadClient:
                 out.append((k, str(v)))
         return out
 
+    def namespace_of(self, params: Query) -> str:
+        """The namespace a request acts in (Nomad's default when the query names none)."""
+        return next((str(v) for k, v in params if k == "namespace" and v), "default")
+
+    def endpoint(self, method: str, path: str) -> Endpoint:
+        """The table entry of a call (``acl.ENDPOINTS``); raises for an unlisted one."""
+        return endpoint_for(method, path)
+
+    def refused(self, exc: BackendError, endpoint: Endpoint, namespace: str) -> BackendError:
+        """Note an ACL refusal (``exc`` is what ``error_for_status`` made of the answer)."""
+        if isinstance(exc, BackendAuthError):
+            self.refusals.refused(endpoint, namespace, str(exc))
+        return exc
+
     def url(self, path: str, params: Query) -> str:
-        """Absolute URL (for the WebSocket client, which does not go through httpx)."""
+        """Absolute URL of a GET (the exec WebSocket, which does not go through httpx)."""
+        self.endpoint("GET", path)
         query = urllib.parse.urlencode(params)
         return f"{self.config.address}/v1{path}" + (f"?{query}" if query else "")
 
@@ -157,7 +275,9 @@ class NomadClient:
         *,
         retry: RetryPolicy | None,
     ) -> Reply:
-        what = f"{method} {path}"
+        what = f"{method} /v1{path}"
+        endpoint = self.endpoint(method, path)
+        namespace = self.namespace_of(params)
         try:
             resp = await self.http.request(
                 method,
@@ -174,11 +294,20 @@ class NomadClient:
                 else {**self._extensions, RETRY: retry},
             )
         except httpx.HTTPError as exc:
-            raise error_for_transport(exc, what=what) from exc
+            raise error_for_transport(exc, what=what, address=self.config.address) from exc
         if resp.status_code >= 300:
-            raise error_for_status(
-                resp.status_code, resp.text, what=what, retry_after=resp.headers.get("Retry-After")
+            raise self.refused(
+                error_for_status(
+                    resp.status_code,
+                    resp.text,
+                    what=what,
+                    retry_after=resp.headers.get("Retry-After"),
+                    needs=endpoint.refusal(namespace),
+                ),
+                endpoint,
+                namespace,
             )
+        self.refusals.allowed(endpoint, namespace)
         data: Any = None
         if resp.content:
             try:
@@ -235,8 +364,10 @@ class NomadClient:
         read_timeout: float | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """Open a long-lived GET (event stream, logs); errors on open are mapped, not retried."""
-        what = f"GET {path}"
+        what = f"GET /v1{path}"
+        endpoint = self.endpoint("GET", path)
         q = self.params(params, namespace=namespace, region=region)
+        ns = self.namespace_of(q)
         timeout = httpx.Timeout(
             self.config.timeout if read_timeout is None else read_timeout,
             connect=self.config.connect_timeout,
@@ -251,13 +382,22 @@ class NomadClient:
         try:
             resp = await self.http.send(req, stream=True)
         except httpx.HTTPError as exc:
-            raise error_for_transport(exc, what=what) from exc
+            raise error_for_transport(exc, what=what, address=self.config.address) from exc
         try:
             if resp.status_code >= 300:
                 text = (await resp.aread()).decode("utf-8", errors="replace")
-                raise error_for_status(
-                    resp.status_code, text, what=what, retry_after=resp.headers.get("Retry-After")
+                raise self.refused(
+                    error_for_status(
+                        resp.status_code,
+                        text,
+                        what=what,
+                        retry_after=resp.headers.get("Retry-After"),
+                        needs=endpoint.refusal(ns),
+                    ),
+                    endpoint,
+                    ns,
                 )
+            self.refusals.allowed(endpoint, ns)
             yield resp
         finally:
             await resp.aclose()

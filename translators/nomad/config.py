@@ -1,9 +1,12 @@
 """Settings of the Nomad backend: the ``[backend.nomad]`` table merged over ``NOMAD_*`` env.
 
 Precedence is *table > environment > default*: the Nomad CLI's own variables (``NOMAD_ADDR``,
-``NOMAD_TOKEN``, ``NOMAD_NAMESPACE``, ``NOMAD_REGION``, ``NOMAD_CACERT``,
-``NOMAD_CLIENT_CERT``, ``NOMAD_CLIENT_KEY``, ``NOMAD_SKIP_VERIFY``) work out of the box, and
-an explicit vkgate.toml value always wins over whatever the shell happens to export.
+``NOMAD_TOKEN``, ``NOMAD_NAMESPACE``, ``NOMAD_REGION`` and every TLS one: ``NOMAD_CACERT``,
+``NOMAD_CAPATH``, ``NOMAD_CLIENT_CERT``, ``NOMAD_CLIENT_KEY``, ``NOMAD_TLS_SERVER_NAME``,
+``NOMAD_SKIP_VERIFY``) work out of the box, and an explicit vkgate.toml value always wins over
+whatever the shell happens to export.  ``NOMAD_SKIP_VERIFY`` takes Go's ``strconv.ParseBool``
+spellings as Nomad does (``t``/``f`` too).  The TLS keys take file paths only: PEM contents
+pasted into one would be printed by ``vkgate config check``, so they are refused.
 
 Every key is validated here with the shared coercer (``vkgate_core.settings``) and a bad one
 raises ``SettingsError`` naming ``backend.nomad.<key>``, so ``vkgate config check`` and the
@@ -46,10 +49,16 @@ ENV_KEYS = {
     "namespace": "NOMAD_NAMESPACE",
     "region": "NOMAD_REGION",
     "ca_cert": "NOMAD_CACERT",
+    "ca_path": "NOMAD_CAPATH",
     "client_cert": "NOMAD_CLIENT_CERT",
     "client_key": "NOMAD_CLIENT_KEY",
+    "tls_server_name": "NOMAD_TLS_SERVER_NAME",
     "skip_verify": "NOMAD_SKIP_VERIFY",
 }
+#: Keys that name a file or directory (never its contents).
+PATH_KEYS = frozenset({"ca_cert", "ca_path", "client_cert", "client_key"})
+#: Go's strconv.ParseBool spellings that the shared coercer does not know.
+_GO_BOOLS = {"t": "true", "f": "false"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,9 @@ class NomadConfig:
     region: str = ""
     """Nomad region; empty = the agent's region (NOMAD_REGION)."""
     ca_cert: str = ""
-    """CA bundle (PEM) to verify the Nomad server (NOMAD_CACERT)."""
+    """CA bundle (PEM file) to verify the Nomad server (NOMAD_CACERT); wins over ca_path."""
+    ca_path: str = ""
+    """Directory of PEM CA certificates to verify the Nomad server (NOMAD_CAPATH)."""
     client_cert: str = ""
     """Client certificate for mTLS (NOMAD_CLIENT_CERT)."""
     client_key: str = ""
@@ -73,7 +84,8 @@ class NomadConfig:
     skip_verify: bool = False
     """Do not verify the server certificate (NOMAD_SKIP_VERIFY). Never in production."""
     tls_server_name: str = ""
-    """Server name to verify instead of the address host."""
+    """Server name to send (SNI) and verify instead of the address host, e.g.
+    server.global.nomad (NOMAD_TLS_SERVER_NAME)."""
     datacenters: tuple[str, ...] = ("*",)
     """Job datacenters; also filters the nodes that make up capacity ("*" = all)."""
     node_pool: str = ""
@@ -170,6 +182,10 @@ class NomadConfig:
         for key, var in ENV_KEYS.items():
             if env.get(var):
                 raw[key] = env[var]
+        if isinstance(raw.get("skip_verify"), str):
+            raw["skip_verify"] = _GO_BOOLS.get(
+                raw["skip_verify"].strip().lower(), raw["skip_verify"]
+            )
         known = {f.name for f in dataclasses.fields(cls)}
         for key, value in (table or {}).items():
             if key not in known:
@@ -278,6 +294,8 @@ def _coerce(key: str, value: Any) -> Any:
     except ValueError as exc:
         raise _bad(key, str(exc)) from None
     value = coerce(_key(key), "str", value)
+    if key in PATH_KEYS and "-----BEGIN" in value:
+        raise _bad(key, "expected a file path, not PEM contents")
     if key == "template" and not value.strip():
         raise _bad(key, "must name a template (e.g. nomad/job.j2 or nomad/raw_exec.j2)")
     if key == "address":

@@ -8,11 +8,21 @@ would hide a broken template, so a 500 whose text looks like a validation error 
 
 Bodies are truncated in messages; request bodies (which may hold env values) never are
 included.
+
+``Permission denied`` is an ACL refusal whatever the status: Nomad answers 403 on plain calls
+but 500 on the event stream (the error travels inside the stream's RPC; docs/design/nomad.md,
+"ACL").  Either way it is a ``BackendAuthError`` naming what the endpoint needs (``needs``, from
+``acl.py``), never a ``BackendUnavailable`` to retry as if it were transient.
+
+A TLS failure (wrong CA, no client certificate, name mismatch) is one line naming the address
+and the TLS error (``tls_problem``), e.g. ``nomad https://127.0.0.1:4646: TLS: certificate
+verify failed: unable to get local issuer certificate``.
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 
 import httpx
 
@@ -40,11 +50,24 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_BODY else text[: MAX_BODY - 1] + "…"
 
 
+PERMISSION_DENIED = "Permission denied"
+TOKEN_NOT_FOUND = "ACL token not found"
+
+
 def error_for_status(
-    status: int, body: str, *, what: str, retry_after: str | None = None
+    status: int, body: str, *, what: str, retry_after: str | None = None, needs: str = ""
 ) -> BackendError:
-    """Map one non-2xx Nomad response to the translator error tree."""
+    """Map one non-2xx Nomad response to the translator error tree (``needs``: what the
+    endpoint requires, added to a ``Permission denied``)."""
     msg = f"nomad {what}: {status} {_short(body) or httpx.codes.get_reason_phrase(status)}"
+    text = body.strip()
+    if text.endswith(PERMISSION_DENIED):
+        return BackendAuthError(f"{msg} ({needs})" if needs else msg, status=status)
+    if text.endswith(TOKEN_NOT_FOUND):
+        return BackendAuthError(
+            f"{msg} (the token, backend.nomad.token or NOMAD_TOKEN, is unknown to this region)",
+            status=status,
+        )
     if status in (401, 403):
         return BackendAuthError(msg, status=status)
     if status == 404:
@@ -62,13 +85,67 @@ def error_for_status(
     return BackendUnavailable(msg, status=status)
 
 
-def error_for_transport(exc: httpx.HTTPError, *, what: str) -> BackendError:
-    """A connection-level failure (refused, reset, timeout, TLS) → ``BackendUnavailable``."""
-    kind = type(exc).__name__
-    detail = str(exc) or kind
-    try:  # name the address tried: the TOML address beats NOMAD_ADDR (docs/design/metrics.md)
+_SSL_TAG = re.compile(r"^\[SSL(?:: [A-Z0-9_]+)?\] |\s*\(_ssl\.c:\d+\)$")
+#: OpenSSL reasons → what to check (one hint each).
+_TLS_HINTS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "the server wants a client certificate: client_cert"
+    " and client_key (NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY)",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the server refused the client certificate: client_cert"
+    " (NOMAD_CLIENT_CERT)",
+    "TLSV1_ALERT_UNKNOWN_CA": "the server does not trust the client certificate's CA",
+    "WRONG_VERSION_NUMBER": "is the server speaking plain HTTP? then use http://",
+}
+
+
+def tls_problem(exc: BaseException) -> str | None:
+    """``TLS: <what OpenSSL said>`` (plus a hint) when ``exc`` or a cause is a TLS error."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLError):
+            break
+        cur = cur.__cause__ or cur.__context__
+    if not isinstance(cur, ssl.SSLError):
+        return None
+    if isinstance(cur, ssl.SSLCertVerificationError) and cur.verify_message:
+        text = f"certificate verify failed: {cur.verify_message}"
+        hint = (
+            "set tls_server_name (NOMAD_TLS_SERVER_NAME) to a name in the server's certificate"
+            if "mismatch" in cur.verify_message
+            else "check ca_cert / ca_path (NOMAD_CACERT, NOMAD_CAPATH)"
+        )
+    else:
+        raw = str(cur.args[1]) if len(cur.args) > 1 else str(cur)
+        text = _SSL_TAG.sub("", raw).strip() or type(cur).__name__
+        hint = _TLS_HINTS.get(str(getattr(cur, "reason", "") or ""), "")
+    return f"TLS: {text.rstrip('.')}" + (f" ({hint})" if hint else "")
+
+
+def _address(exc: httpx.HTTPError) -> str:
+    try:
         url = exc.request.url
-        where = f" at {url.scheme}://{url.netloc.decode()}"
     except RuntimeError:  # no request attached (constructed by hand)
-        where = ""
-    return BackendUnavailable(f"nomad{where} {what}: {kind}: {_short(detail)}")
+        return ""
+    return f"{url.scheme}://{url.netloc.decode()}"
+
+
+def error_for_transport(exc: BaseException, *, what: str, address: str = "") -> BackendError:
+    """A connection-level failure (refused, reset, timeout, TLS) → ``BackendUnavailable``.
+
+    Names the address tried — the TOML address beats NOMAD_ADDR (docs/design/metrics.md) —
+    from the request, else ``address``."""
+    where = (_address(exc) if isinstance(exc, httpx.HTTPError) else "") or address
+    tls = tls_problem(exc)
+    if tls is not None:
+        return BackendUnavailable(f"nomad {where or 'address'}: {tls}")
+    kind = type(exc).__name__
+    detail = str(exc)
+    if not detail:  # e.g. ReadError('') over ConnectionResetError: say what the cause said
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and not str(cause):
+            cause = cause.__cause__ or cause.__context__
+        detail = str(cause) if cause is not None else kind
+    return BackendUnavailable(
+        f"nomad{' at ' + where if where else ''} {what}: {kind}: {_short(detail)}"
+    )

@@ -25,14 +25,15 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
+from ssl import SSLContext
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from translators.base import BackendRejected, BackendUnavailable
+from translators.base import BackendAuthError, BackendError, BackendRejected, BackendUnavailable
 from translators.nomad.client import NomadClient
-from translators.nomad.errors import error_for_status
+from translators.nomad.errors import PERMISSION_DENIED, error_for_status, error_for_transport
 
 log = logging.getLogger(__name__)
 #: The websockets client logs every frame at debug — the first one carries the ACL token
@@ -45,20 +46,28 @@ HEARTBEAT_SECONDS = 10.0
 _RPC_PREFIX = re.compile(r"^rpc error: code = \w+ desc = ")
 
 
-def close_error(exc: ConnectionClosed) -> BackendRejected | None:
+def close_error(exc: ConnectionClosed, *, needs: str = "") -> BackendError | None:
     """Nomad reports a command it could not start (missing binary, bad task) by closing the
-    socket with an error code and the reason, instead of an ``exited`` frame."""
+    socket with an error code and the reason, instead of an ``exited`` frame.  An ACL refusal
+    arrives the same way (code 1008, ``Permission denied``: the token is checked after the
+    handshake frame), and names what exec needs (``needs``, from ``acl.py``)."""
     frame = exc.rcvd
     if frame is None or frame.code in (1000, 1001) or not frame.reason:
         return None
-    return BackendRejected(f"nomad exec: {_RPC_PREFIX.sub('', frame.reason)}", reason="ExecFailed")
+    reason = _RPC_PREFIX.sub("", frame.reason)
+    if reason.endswith(PERMISSION_DENIED):
+        return BackendAuthError(
+            f"nomad exec: {reason}" + (f" ({needs})" if needs else ""), status=403
+        )
+    return BackendRejected(f"nomad exec: {reason}", reason="ExecFailed")
 
 
 class NomadExecSession:
     """One running command; implements ``translators.base.ExecSession``."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: ClientConnection, *, needs: str = "") -> None:
         self._ws = ws
+        self._needs = needs
         self._queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
         self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         # an exit error nobody waits for (client went away) must not be logged as unretrieved
@@ -83,14 +92,25 @@ class NomadExecSession:
             namespace=namespace,
             region=region,
         )
-        url = client.url(f"/client/allocation/{alloc_id}/exec", params)
+        path = f"/client/allocation/{alloc_id}/exec"
+        url = client.url(path, params)
         url = "ws" + url[len("http") :]
-        ssl = client.ssl if url.startswith("wss://") else None
+        secure = url.startswith("wss://")
+        ssl = client.ssl if secure else None
         what = f"exec {alloc_id}/{task}"
+        # the same connection policy as every other call: the client's TLS context and server
+        # name (SNI and the name verified, else the address's host), and no proxy from the
+        # environment (the httpx client has trust_env=False)
+        tls: dict[str, Any] = {}
+        if secure:
+            tls["ssl"] = ssl if isinstance(ssl, SSLContext) else True
+            if client.config.tls_server_name:
+                tls["server_hostname"] = client.config.tls_server_name
         try:
             ws = await connect(
                 url,
-                ssl=ssl if ssl is not True else None,
+                **tls,
+                proxy=None,
                 open_timeout=client.config.connect_timeout + client.config.timeout,
                 max_size=2**24,
                 ping_interval=None,
@@ -99,11 +119,16 @@ class NomadExecSession:
             )
         except InvalidStatus as exc:
             body = exc.response.body.decode("utf-8", errors="replace") if exc.response.body else ""
-            raise error_for_status(exc.response.status_code, body, what=what) from exc
+            endpoint, ns = client.endpoint("GET", path), client.namespace_of(params)
+            error = error_for_status(
+                exc.response.status_code, body, what=f"GET /v1{path}", needs=endpoint.refusal(ns)
+            )
+            raise client.refused(error, endpoint, ns) from exc
         except (OSError, WebSocketException, TimeoutError) as exc:
-            raise BackendUnavailable(f"nomad {what}: {type(exc).__name__}: {exc}") from exc
+            raise error_for_transport(exc, what=what, address=client.config.address) from exc
         await ws.send(json.dumps({"version": 1, "auth_token": client.config.token}))
-        return cls(ws)
+        endpoint = client.endpoint("GET", path)
+        return cls(ws, needs=endpoint.refusal(client.namespace_of(params)))
 
     async def _send(self, frame: dict[str, Any]) -> None:
         with contextlib.suppress(ConnectionClosed):
@@ -131,7 +156,7 @@ class NomadExecSession:
                         self._exit.set_result(int(result.get("exit_code", 0)))
                     break
         except ConnectionClosed as exc:
-            error = close_error(exc)
+            error = close_error(exc, needs=self._needs)
             if error is not None and not self._exit.done():
                 self._exit.set_exception(error)
         finally:

@@ -31,8 +31,7 @@ async def test_429_is_retried_after_the_servers_retry_after(
                 httpx.Response(200, json="127.0.0.1:4647"),
             ]
         )
-        nomad.get("/v1/agent/health").mock(return_value=httpx.Response(200, json={}))
-        await t.ping()
+        await t.client.get("/status/leader")
     assert sleeps == [7.0]  # Retry-After (7 s) beats the first backoff step (0.5 s)
 
 
@@ -73,8 +72,21 @@ async def test_connection_refused_is_unavailable_and_retried(
     with respx.mock(base_url=ADDRESS) as nomad:
         nomad.get("/v1/status/leader").mock(side_effect=httpx.ConnectError("refused"))
         with pytest.raises(BackendUnavailable, match="ConnectError"):
-            await t.ping()
+            await t.client.get("/status/leader")
     assert len(sleeps) == 3
+
+
+async def test_the_ping_is_not_retried_the_health_loop_is_its_retry(
+    make_translator: MakeTranslator, sleeps: Sleeps
+) -> None:
+    """Retries inside one ping would outlast node.ping_timeout and turn the backend's own error
+    into "ping timed out"."""
+    t = await make_translator()
+    with respx.mock(base_url=ADDRESS) as nomad:
+        leader = nomad.get("/v1/status/leader").mock(side_effect=httpx.ConnectError("refused"))
+        with pytest.raises(BackendUnavailable, match="ConnectError"):
+            await t.ping()
+    assert leader.call_count == 1 and sleeps == []
 
 
 async def test_acl_403_on_submit_is_an_auth_error_and_not_retried(

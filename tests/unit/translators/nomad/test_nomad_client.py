@@ -23,6 +23,7 @@ from translators.base import (
 from translators.nomad.client import NomadClient, retry_policy, ssl_context
 from translators.nomad.config import NomadConfig
 from translators.nomad.errors import error_for_status, error_for_transport, retry_after_seconds
+from vkgate_core.settings import SettingsError
 
 
 @pytest.mark.parametrize(
@@ -121,7 +122,7 @@ def test_a_missing_ca_file_fails_loudly(tmp_path: Path) -> None:
     cfg = NomadConfig.from_settings(
         {"address": "https://nomad:4646", "ca_cert": str(tmp_path / "nope.pem")}, environ={}
     )
-    with pytest.raises(OSError):
+    with pytest.raises(SettingsError, match=r"^backend\.nomad\.ca_cert: cannot load"):
         ssl_context(cfg)
 
 

@@ -1,0 +1,182 @@
+"""What each Nomad call needs from vkgate's ACL token: one table of every endpoint vkgate calls.
+
+Every request the Nomad client sends — plain calls, blocking queries, the event stream, log
+streams, the exec WebSocket — is looked up here first (``endpoint_for``).  A path with no entry
+raises ``UnlistedEndpoint``: a new call cannot ship without saying what it needs, because the
+first test that exercises it fails.  The same table
+
+* names what is missing when Nomad answers ``Permission denied`` (``Endpoint.refusal``), so a
+  403 reads ``nomad GET /v1/jobs: 403 Permission denied (needs namespace "default" capability
+  list-jobs)`` on the Node's Ready condition and in the pod's Events;
+* is compared both ways with the policy vkgate ships, deploy/nomad/vkgate-policy.hcl (no call
+  without a grant, no grant that no call needs: tests/unit/translators/nomad/test_nomad_acl.py);
+* marks the endpoints a node cannot run pods without (``essential``); ``access.py`` probes
+  those, and a refusal there makes the virtual node NotReady.
+
+Requirements are Nomad 1.6's "ACL Required" column of each endpoint, checked against the v1.6.3
+source (docs/design/nomad.md, "ACL").  A ``Need`` is all-of across an endpoint's ``needs``;
+``alternatives`` are any-of within one need (logs accept ``read-logs`` or ``read-fs``);
+``when`` marks a need that only some calls have (exec into a task without filesystem
+isolation, e.g. raw_exec, also needs ``alloc-node-exec``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["ENDPOINTS", "Endpoint", "Need", "Refusals", "UnlistedEndpoint", "endpoint_for"]
+
+
+class UnlistedEndpoint(LookupError):
+    """A Nomad call that the endpoint table does not list (a programming error)."""
+
+
+@dataclass(frozen=True)
+class Need:
+    """One ACL grant a call needs: a namespace capability, or ``node { policy = "read" }``."""
+
+    capability: str
+    scope: str = "namespace"  # "namespace" | "node"
+    alternatives: tuple[str, ...] = ()
+    when: str = ""
+
+    def describe(self, namespace: str) -> str:
+        if self.scope == "node":
+            return f'node policy "{self.capability}"'
+        caps = " or ".join((self.capability, *self.alternatives))
+        if namespace == "*":
+            text = f"capability {caps} in every namespace vkgate uses"
+        else:
+            text = f'namespace "{namespace or "default"}" capability {caps}'
+        return text + (f" {self.when}" if self.when else "")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One Nomad HTTP endpoint: method, path in Nomad's notation (``/job/:job_id``), needs."""
+
+    method: str
+    path: str
+    needs: tuple[Need, ...]
+    purpose: str
+    #: A node cannot run pods when this is refused (``access.py`` probes these).
+    essential: bool = False
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        regex = re.sub(r":[a-z_]+", "[^/]+", re.escape(self.path))
+        object.__setattr__(self, "pattern", re.compile(f"^{regex}$"))
+
+    def refusal(self, namespace: str) -> str:
+        """``needs …`` for a ``Permission denied`` answer (empty when no ACL is needed)."""
+        if not self.needs:
+            return ""
+        return "needs " + ", and ".join(n.describe(namespace) for n in self.needs)
+
+
+def _ns(capability: str, *alternatives: str, when: str = "") -> Need:
+    return Need(capability, alternatives=alternatives, when=when)
+
+
+NODE_READ = Need("read", scope="node")
+NO_FS_ISOLATION = "for a task without filesystem isolation, e.g. raw_exec"
+
+#: Every endpoint vkgate calls.  Paths are relative to ``/v1``.
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("GET", "/status/leader", (), "health: the region has a leader"),
+    Endpoint("GET", "/agent/health", (), "health: the agent vkgate talks to is healthy"),
+    Endpoint("GET", "/jobs", (_ns("list-jobs"),), "list vkgate's jobs", essential=True),
+    Endpoint("POST", "/jobs", (_ns("submit-job"),), "register a pod's job", essential=True),
+    Endpoint("GET", "/job/:job_id", (_ns("read-job"),), "read one job", essential=True),
+    Endpoint("DELETE", "/job/:job_id", (_ns("submit-job"),), "stop / purge a job", essential=True),
+    Endpoint(
+        "POST",
+        "/job/:job_id/plan",
+        (_ns("submit-job"),),
+        "access probe: may the token submit jobs (a dry run, nothing is registered)",
+        essential=True,
+    ),
+    Endpoint(
+        "GET",
+        "/job/:job_id/allocations",
+        (_ns("read-job"),),
+        "a job's allocations",
+        essential=True,
+    ),
+    Endpoint("GET", "/job/:job_id/evaluations", (_ns("read-job"),), "why a job is not placed"),
+    Endpoint(
+        "GET", "/allocations", (_ns("read-job"),), "all allocations (backstop)", essential=True
+    ),
+    Endpoint("GET", "/allocation/:alloc_id", (_ns("read-job"),), "one allocation"),
+    Endpoint(
+        "GET",
+        "/event/stream",
+        (_ns("read-job"),),
+        "event stream, topics Job, Allocation, Evaluation",
+    ),
+    Endpoint("GET", "/nodes", (NODE_READ,), "capacity and node addresses"),
+    Endpoint("GET", "/node/:node_id", (NODE_READ,), "node info (versions, OS)"),
+    Endpoint(
+        "POST",
+        "/client/allocation/:alloc_id/signal",
+        (_ns("alloc-lifecycle"),),
+        "SIGKILL when a delete's grace is shorter than the task's kill timeout",
+    ),
+    Endpoint(
+        "GET",
+        "/client/allocation/:alloc_id/stats",
+        (_ns("read-job"),),
+        "metrics: allocation CPU and memory",
+    ),
+    Endpoint(
+        "GET",
+        "/client/allocation/:alloc_id/exec",
+        (_ns("alloc-exec"), _ns("alloc-node-exec", when=NO_FS_ISOLATION)),
+        "kubectl exec (WebSocket)",
+    ),
+    Endpoint(
+        "GET",
+        "/client/fs/logs/:alloc_id",
+        (_ns("read-logs", "read-fs"),),
+        "kubectl logs",
+    ),
+    Endpoint(
+        "GET",
+        "/client/fs/ls/:alloc_id",
+        (_ns("read-fs"),),
+        "log file sizes: exact --tail with -f, --previous windows",
+    ),
+)
+
+
+def endpoint_for(method: str, path: str) -> Endpoint:
+    """The table entry of one call (``path`` relative to ``/v1``, no query)."""
+    for ep in ENDPOINTS:
+        if ep.method == method and ep.pattern.match(path):
+            return ep
+    raise UnlistedEndpoint(
+        f"nomad {method} /v1{path} is not in translators/nomad/acl.py ENDPOINTS: add it with"
+        " the ACL it needs (and grant that in deploy/nomad/vkgate-policy.hcl)"
+    )
+
+
+class Refusals:
+    """ACL refusals seen on real calls, per (capability, namespace), each kept until a call
+    that needs the same grant in the same namespace succeeds.  Only endpoints with exactly
+    one need are attributed (exec's refusal may be either of its two)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], str] = {}
+
+    def refused(self, endpoint: Endpoint, namespace: str, message: str) -> None:
+        if len(endpoint.needs) == 1:
+            self._seen[(endpoint.needs[0].capability, namespace)] = message
+
+    def allowed(self, endpoint: Endpoint, namespace: str) -> None:
+        for need in endpoint.needs:
+            self._seen.pop((need.capability, namespace), None)
+
+    def get(self, capability: str, namespace: str) -> str | None:
+        """The last refusal of ``capability`` in ``namespace`` still standing, if any."""
+        return self._seen.get((capability, namespace))
