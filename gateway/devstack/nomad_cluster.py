@@ -9,8 +9,10 @@ The e2e tier's Nomad (docs/design/nomad.md, "The e2e cluster").  Unlike the ``-d
   send the server name it verifies (``NOMAD_TLS_SERVER_NAME``), as Nomad's own CLI does;
 - two clients, each with its own address on its own veth interface inside the test's network
   namespace (``CLIENT_IPS``), its own data, alloc and state dirs and cgroup parent: client 1 has
-  raw_exec and (given a dockerd) the docker driver, node class ``class-a``; client 2 has raw_exec
-  only, node class ``class-b``; both carry ``meta.vkgate-client`` (``c1``/``c2``) to steer by.
+  raw_exec and (given a dockerd) the docker driver, node class ``class-a``, the default node pool;
+  client 2 has raw_exec only, node class ``class-b``, node pool ``pool-b`` (created by its
+  registration); both carry ``meta.vkgate-client`` (``c1``/``c2``).  A job lands on client 2 only
+  when it asks for ``pool-b``: every other e2e test's pods run on client 1.
 
 ACLs: the bootstrap token (``management_token``) is used only to set up — the ACL policy
 vkgate ships (deploy/nomad/vkgate-policy.hcl) is applied and a client token is made from it
@@ -80,6 +82,7 @@ class NomadClientNode:
     node_class: str
     meta: Mapping[str, str]
     drivers: tuple[str, ...]
+    node_pool: str = "default"
 
 
 @dataclass
@@ -185,8 +188,12 @@ def _call(
         req.add_header("X-Nomad-Token", token)
     if data is not None:
         req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=10, context=tls.context()) as resp:
-        raw = resp.read()
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=tls.context()) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        exc.close()  # the error holds the connection open
+        raise
     return json.loads(raw) if raw.strip() else None
 
 
@@ -287,6 +294,7 @@ def _client_config(
             "servers": [server_rpc],
             "network_interface": interface,
             "node_class": node.node_class,
+            "node_pool": node.node_pool,
             "meta": dict(node.meta),
             "alloc_dir": str(wd / "alloc"),
             "state_dir": str(wd / "client"),
@@ -364,7 +372,12 @@ def default_clients() -> tuple[NomadClientNode, ...]:
             ("raw_exec", "docker"),
         ),
         NomadClientNode(
-            "vkgate-nomad-c2", CLIENT_IPS[1], "class-b", {"vkgate-client": "c2"}, ("raw_exec",)
+            "vkgate-nomad-c2",
+            CLIENT_IPS[1],
+            "class-b",
+            {"vkgate-client": "c2"},
+            ("raw_exec",),
+            node_pool="pool-b",
         ),
     )
 
@@ -375,9 +388,11 @@ def launch_nomad_cluster(
     clients: Sequence[NomadClientNode] | None = None,
     workdir: Path | None = None,
     timeout: float = 120.0,
+    policy: str | None = None,
 ) -> NomadCluster:
     """Start the server and the clients, bootstrap ACLs, apply the shipped policy and wait for
-    every client to be ready; the caller must ``stop()`` it."""
+    every client to be ready; the caller must ``stop()`` it.  ``policy``: ACL rules for vkgate's
+    token instead of the shipped file (a test of a narrower policy)."""
     if not netns.isolated():
         raise DevstackError(
             "the Nomad cluster needs the e2e network namespace for its client addresses "
@@ -410,7 +425,7 @@ def launch_nomad_cluster(
         address = f"https://127.0.0.1:{sports[0]}"
         local = f"https://localhost:{sports[0]}"
         management = _bootstrap_acl(local, tls, timeout)
-        token = apply_policy(local, tls, management, POLICY_FILE.read_text())
+        token = apply_policy(local, tls, management, policy or POLICY_FILE.read_text())
         for i, (node, cert) in enumerate(zip(nodes, client_certs, strict=True)):
             iface = f"vkn{i + 1}"
             netns.add_veth_address(iface, node.ip)

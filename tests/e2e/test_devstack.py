@@ -120,6 +120,7 @@ def test_e2e_nomad_cluster_runs_as_production_does(nomad_cluster: NomadCluster) 
         assert node["HTTPAddr"].rsplit(":", 1)[0] == cl.ip
         assert node["Attributes"]["unique.network.ip-address"] == cl.ip
         assert node["NodeClass"] == cl.node_class
+        assert node["NodePool"] == cl.node_pool
         assert node["Meta"]["vkgate-client"] == cl.meta["vkgate-client"]
         assert node["TLSEnabled"] is True
         assert bool(node["Drivers"].get("docker", {}).get("Healthy")) == ("docker" in cl.drivers)
@@ -133,11 +134,15 @@ def test_e2e_nomad_cluster_runs_as_production_does(nomad_cluster: NomadCluster) 
         c.request("GET", "/v1/acl/tokens", token=c.token)
     assert acl.value.code == 403
     # TLS: plain HTTP is not served, and a client without a certificate is refused.
-    with pytest.raises((urllib.error.URLError, OSError)):
-        urllib.request.urlopen(c.address.replace("https", "http") + "/v1/status/leader", timeout=5)
+    plain = c.address.replace("https", "http") + "/v1/status/leader"
+    with pytest.raises(urllib.error.HTTPError) as http:  # Go answers 400 to plain HTTP on TLS
+        urllib.request.urlopen(plain, timeout=5).close()
+    http.value.close()
     bare = ssl.create_default_context(cafile=str(c.tls.ca_file))
-    with pytest.raises((urllib.error.URLError, OSError)):
+    # TLS 1.3: the server's "certificate required" alert arrives with the first read.
+    with pytest.raises((urllib.error.URLError, ssl.SSLError)) as no_cert:
         urllib.request.urlopen(c.local_address + "/v1/status/leader", timeout=5, context=bare)
+    assert "certificate" in str(no_cert.value).lower(), no_cert.value
 
 
 def test_control_plane_teardown_leaves_no_process_or_dir() -> None:

@@ -126,7 +126,13 @@ def test_pod_lifecycle_through_the_gateway(
     term = p["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
     assert p["status"]["containerStatuses"][0]["containerID"].startswith("nomad://")
-    assert p["status"]["hostIP"] == "127.0.0.1"
+    # hostIP is the address of the Nomad client the allocation runs on (one of two).
+    job = job_of(nomad_agent, p["metadata"]["uid"])
+    assert job is not None
+    alloc = nomad(nomad_agent, f"/job/{job['ID']}/allocations")[0]
+    client = nomad(nomad_agent, f"/node/{alloc['NodeID']}")
+    assert p["status"]["hostIP"] == client["Attributes"]["unique.network.ip-address"]
+    assert p["status"]["hostIP"] in {c.ip for c in nomad_agent.clients}
 
     # exit 3 under Never → Failed with exit code 3
     p = wait_until(

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from gateway.devstack.nomad import NomadAgent
+from gateway.devstack.components import NOMAD_VERSION
+from gateway.devstack.nomad_cluster import NomadCluster as NomadAgent
 from translators.base import (
     EnvVar,
     LogOptions,
@@ -149,7 +150,7 @@ def nomad_get(agent: NomadAgent, path: str, **params: Any) -> Any:
 async def test_ping_and_node_info(translator: NomadTranslator) -> None:
     await translator.ping()
     info = await translator.node_info()
-    assert info.runtime_version == "nomad://1.11.3"
+    assert info.runtime_version == f"nomad://{NOMAD_VERSION}"
     assert info.os == "linux" and info.arch
 
 
@@ -179,7 +180,7 @@ async def test_capacity_equals_what_nomad_reports(
 
 
 async def test_pod_that_prints_and_exits_0_succeeds_and_its_logs_read_back(
-    translator: NomadTranslator, watch: Watch
+    translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
 ) -> None:
     pod = make_pod(translator.node_name, "echo hello from nomad; echo to-stderr >&2")
     created = await translator.create(pod)
@@ -189,7 +190,11 @@ async def test_pod_that_prints_and_exits_0_succeeds_and_its_logs_read_back(
     app = st.containers[0]
     assert (app.state, app.exit_code, app.reason) == ("terminated", 0, "Completed")
     assert app.container_id.startswith("nomad://")
-    assert st.host_ip == "127.0.0.1" and st.pod_ip == "127.0.0.1"
+    # host mode: the pod's address is that of the Nomad client its allocation runs on
+    allocs = nomad_get(nomad_agent, f"/job/{created.backend_id}/allocations")
+    client = nomad_get(nomad_agent, f"/node/{allocs[0]['NodeID']}")
+    assert st.host_ip == st.pod_ip == client["Attributes"]["unique.network.ip-address"]
+    assert st.host_ip in {c.ip for c in nomad_agent.clients}
     logs = b"".join([c async for c in translator.logs(pod.ref, "app", LogOptions())])
     assert logs == b"hello from nomad\nto-stderr\n"
     tail = b"".join(
