@@ -23,6 +23,8 @@ READY = "Ready"
 REASON_READY = "KubeletReady"
 REASON_NOT_READY = "KubeletNotReady"
 REASON_BACKEND_UNREACHABLE = "BackendUnreachable"
+#: The backend answers but refuses vkgate's credentials (e.g. a Nomad token lacking a grant).
+REASON_BACKEND_FORBIDDEN = "BackendForbidden"
 #: Some input pod rendering reads has not loaded yet (gateway.inputs, docs/design/startup.md).
 REASON_INPUTS_NOT_SYNCED = "InputsNotSynced"
 

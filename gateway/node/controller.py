@@ -302,7 +302,7 @@ class NodeController:
         return cond.desired_conditions(
             ready=self.health.healthy,
             backend_kind=self.kind,
-            not_ready_reason=cond.REASON_BACKEND_UNREACHABLE,
+            not_ready_reason=self.health.reason,
             not_ready_message=self.health.message,
         )
 

@@ -146,6 +146,8 @@ class PodController:
         #: Set once the first backend list succeeded (adoption done).
         self.listed = asyncio.Event()
         self._list_problem = ""
+        #: The first list's last failure already reported on the pods (``_report_blocked``).
+        self._blocked = ""
         #: What this controller loads before it may sync a pod: the start-up gate's view.
         self.inputs = (
             Input.of_reflector(f"the cache of pods bound to {self.node_name}", self.reflector),
@@ -221,6 +223,7 @@ class PodController:
                     exc,
                     delay,
                 )
+                await self._report_blocked(exc)
                 await self.clock.sleep(delay)
         self._last_list = self.clock.monotonic()
         self._list_problem = ""
@@ -256,6 +259,21 @@ class PodController:
             self._spawn(self._notify_loop(), "pod-notify")
         self._spawn(self.refs.run(self._on_refs_changed), "pod-refs")
         self.ready.set()
+
+    async def _report_blocked(self, exc: TranslatorError) -> None:
+        """The initial list failed, so no pod is created — or deleted: adoption needs the list
+        first.  Say so on every pod of the node, once per distinct error, so a pod that stays
+        Pending or Terminating shows why in its Events (e.g. a token without Nomad's
+        ``list-jobs``), not only in vkgate's log."""
+        message = (
+            f"the {self.translator.kind} backend's first list failed, so no pod of this node is "
+            f"created or deleted until it succeeds (retried with backoff): {exc}"
+        )
+        if message == self._blocked:
+            return
+        self._blocked = message
+        for pod in list(self.reflector.store.values()):
+            await self.sync.event(pod, "Warning", "BackendListFailed", message)
 
     def _created_at(self, pod: Pod) -> float:
         """The pod's creation time on the monotonic clock (how old an adopted workload is)."""

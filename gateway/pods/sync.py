@@ -19,7 +19,9 @@ no workload yet                                 resolve → ``translator.create`
                                                 (config error: Pending/CreateContainerConfigError;
                                                 backend error: ProviderCreateFailed, retry with
                                                 backoff, then Failed (Never) or Pending/
-                                                ProviderFailed; template error: TranslationFailed,
+                                                ProviderFailed; credentials refused: Pending/
+                                                ProviderForbidden, retried every backoff_max,
+                                                never Failed; template error: TranslationFailed,
                                                 retried on a template change: ``translation``)
 workload exists                                 update in place if spec/refs changed (or say it
                                                 needs a re-create); status from the state
@@ -27,6 +29,10 @@ workload exists                                 update in place if spec/refs cha
 
 ``PodSync.cleanup(GoneKey(ns/name, uid))``: the pod is gone from the API — delete its workload
 (idempotent; not-found is done).
+
+A backend delete that fails (e.g. a Nomad token without ``submit-job``) is a Warning
+``ProviderDeleteFailed`` Event and, while the pod still exists, its status ``reason``/``message``
+say so (a Terminating pod shows why it stays); the sync is retried with backoff.
 
 The final delete is ``DELETE pods/<name>`` with ``{"gracePeriodSeconds": 0, "preconditions":
 {"uid": …}}``; 404/409 mean someone else finished it.  Status goes through
@@ -55,6 +61,7 @@ from gateway.pods.queue import WorkQueue
 from gateway.pods.resolve import Resolution, Resolver
 from gateway.pods.translation import TranslationRetries
 from translators.base import (
+    BackendAuthError,
     BackendError,
     BackendNotFound,
     BackendThrottled,
@@ -570,6 +577,8 @@ class PodSync:
     async def _create_failed(self, pod: Pod, exc: BackendError, policy: str) -> None:
         key = pod_key(pod)
         attempts = self.queue.failures(key) + 1
+        if isinstance(exc, BackendAuthError):
+            await self._create_forbidden(pod, exc, attempts)
         final = not exc.retryable or attempts >= self.max_retries
         await self.event(pod, "Warning", "ProviderCreateFailed", f"{self.backend}: {exc}")
         log.warning(
@@ -610,6 +619,32 @@ class PodSync:
         if final:
             raise Retry(delay=self.backoff_max)
         raise Retry(retry_after=retry_after)
+
+    async def _create_forbidden(self, pod: Pod, exc: BackendAuthError, attempts: int) -> None:
+        """The backend refused vkgate's credentials: not transient (the same token gets the same
+        answer) and not the pod's fault, so no quick retries and never Failed — Pending with
+        the refusal (which names the missing grant), tried again every ``backoff_max`` until
+        the backend's policy allows it."""
+        msg = f"the {self.backend} backend refused vkgate's credentials: {exc}"
+        await self.event(pod, "Warning", "ProviderCreateFailed", f"{self.backend}: {exc}")
+        log.warning(
+            "pod %s: create refused (attempt %d; retry in %.0fs): %s",
+            pod_key(pod),
+            attempts,
+            self.backoff_max,
+            exc,
+        )
+        await self.write_status(
+            pod,
+            st.pending(
+                pod,
+                now=self._now(),
+                host_ip=self.host_ip(),
+                reason="ProviderForbidden",
+                message=msg,
+            ),
+        )
+        raise Retry(delay=self.backoff_max)
 
     # -- update ------------------------------------------------------------------------------
 
@@ -716,10 +751,33 @@ class PodSync:
         except BackendError as exc:
             if pod is not None:
                 await self.event(pod, "Warning", "ProviderDeleteFailed", f"{self.backend}: {exc}")
+                await self._delete_failed_status(pod, exc)
             raise
         if final is None:
             self.kick()
         return final
+
+    async def _delete_failed_status(self, pod: Pod, exc: BackendError) -> None:
+        """A pod still in the API whose backend delete failed: its status ``reason``/``message``
+        say why it stays (the next status write clears them); a final status stays final."""
+        current = self.lookup(pod_key(pod))
+        if current is None or self.state.uid_of(current) != self.state.uid_of(pod):
+            return
+        if st.is_terminal(current):
+            return
+        w = self.state.written.get(self.state.uid_of(current))
+        base: Mapping[str, Any] = current.get("status") or {}
+        if w is not None and self.clock.monotonic() - w.at < ECHO_WINDOW:
+            base = w.status
+        await self.write_status(
+            current,
+            {
+                **base,
+                "reason": "ProviderDeleteFailed",
+                "message": f"deleting the workload in the {self.backend} backend failed, "
+                f"retrying with backoff: {exc}",
+            },
+        )
 
     async def _sync_deleting(self, pod: Pod) -> None:
         uid = self.state.uid_of(pod)

@@ -233,7 +233,8 @@ async def advance(clock: FakeClock, seconds: float, step: float = 0.5) -> None:
 
 
 class FakeTranslator:
-    """A controllable backend: ``down`` makes ping/capacity fail, ``hang`` makes ping hang."""
+    """A controllable backend: ``down`` makes ping/capacity fail, ``refused`` makes the ping
+    an ACL refusal, ``hang`` makes ping hang."""
 
     kind = "simulated"
 
@@ -242,6 +243,7 @@ class FakeTranslator:
 
         self.features = Features()
         self.down = ""
+        self.refused = ""
         self.hang = False
         self.pings = 0
         self.cap = Capacity(
@@ -267,10 +269,14 @@ class FakeTranslator:
         return None
 
     async def ping(self) -> None:
+        from translators.base import BackendAuthError
+
         self.pings += 1
         if self.hang:
             await asyncio.Event().wait()
         self._check()
+        if self.refused:
+            raise BackendAuthError(self.refused, status=403)
 
     async def capacity(self) -> Any:
         self._check()

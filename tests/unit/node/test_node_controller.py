@@ -288,6 +288,30 @@ async def test_backend_unreachable_turns_ready_false_then_back(
     assert "NodeNotReady" in reasons and "NodeReady" in reasons
 
 
+async def test_a_refused_token_turns_ready_false_at_once_and_names_what_is_missing(
+    controller, api: FakeApi, backend: FakeTranslator, clock: FakeClock
+):
+    """An ACL refusal is not transient: no waiting for ping_failures, and the reason says it is
+    the credentials, not the network."""
+    nc = controller(ping_interval=10.0, ping_failures=3)
+    await nc.start()
+    refusal = (
+        'nomad GET /v1/jobs: 403 Permission denied (needs namespace "default" capability list-jobs)'
+    )
+    backend.refused = refusal
+    await advance(clock, 10)  # one ping
+    ready = cond(api.node(), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "BackendForbidden")
+    assert ready["message"] == f"simulated backend refuses vkgate's credentials: {refusal}"
+    backend.refused = refusal.replace("list-jobs", "submit-job").replace("GET /v1/jobs", "POST")
+    await advance(clock, 10)  # still NotReady, the condition now names the other grant
+    assert "submit-job" in cond(api.node(), "Ready")["message"]
+    backend.refused = ""
+    await advance(clock, 10)
+    ready = cond(api.node(), "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
+
+
 async def test_ping_timeout_counts_as_failure(
     controller, api: FakeApi, backend: FakeTranslator, clock: FakeClock
 ):

@@ -491,13 +491,21 @@ class Scripted(Polled):
         super().__init__(inner)
         self.create_errors: list[Exception] = []
         self.delete_errors: list[Exception] = []
+        self.list_errors: list[Exception] = []
+        self.create_attempts = 0
         self.update_result = True
         self.updates: list[Any] = []
 
     async def create(self, pod: Any) -> Any:
+        self.create_attempts += 1
         if self.create_errors:
             raise self.create_errors.pop(0)
         return await super().create(pod)
+
+    async def list(self) -> Any:
+        if self.list_errors:
+            raise self.list_errors.pop(0)
+        return await super().list()
 
     async def update(self, pod: Any, current: Any) -> bool:
         self.updates.append(pod)
@@ -649,6 +657,99 @@ async def test_backend_delete_failure_is_reported_and_retried(sh: ScriptedHarnes
     assert "backend down" in ev["message"]
     await run_for(sh.clock, 3)
     assert uid not in sh.workloads()
+
+
+REFUSED = (
+    'nomad POST /v1/jobs: 403 Permission denied (needs namespace "default" capability submit-job)'
+)
+
+
+async def test_a_refused_create_names_the_grant_and_is_retried_slowly_never_failed(
+    sh: ScriptedHarness,
+) -> None:
+    """Credentials refused: not transient, not the pod's fault — Pending/ProviderForbidden,
+    tried again every pods.backoff_max (not the quick backoff), and never Failed (Never)."""
+    from translators.base import BackendAuthError
+
+    await sh.start()
+    sh.scripted.create_errors = [BackendAuthError(REFUSED, status=403) for _ in range(3)]
+    sh.kube.add(pod("r", restartPolicy="Never"))
+    await run_for(sh.clock, 1)
+    p = sh.kube.pod("r")
+    assert p is not None and p["status"]["phase"] == "Pending"
+    assert p["status"]["reason"] == "ProviderForbidden"
+    assert (
+        p["status"]["message"] == f"the simulated backend refused vkgate's credentials: {REFUSED}"
+    )
+    [ev] = sh.kube.events("ProviderCreateFailed")
+    assert ev["type"] == "Warning" and REFUSED in ev["message"]
+    await run_for(sh.clock, 58)
+    assert sh.scripted.create_attempts == 1  # no quick retries (max_retries is 3)
+    await run_for(sh.clock, 126)  # attempts at 60 s and 120 s are refused, 180 s works
+    p = sh.kube.pod("r")
+    assert sh.scripted.create_attempts == 4
+    assert p is not None and p["status"]["phase"] == "Running" and "reason" not in p["status"]
+
+
+async def test_a_refused_delete_says_so_on_the_pod_and_is_retried(sh: ScriptedHarness) -> None:
+    from translators.base import BackendAuthError
+
+    await sh.start()
+    sh.kube.add(pod("d"))
+    await run_for(sh.clock, 11)
+    assert sh.kube.pod("d")["status"]["phase"] == "Running"  # type: ignore[index]
+    uid = sh.kube.pod("d")["metadata"]["uid"]  # type: ignore[index]
+    refused = REFUSED.replace("POST /v1/jobs", "DELETE /v1/job/default-d")
+    sh.scripted.delete_errors = [BackendAuthError(refused, status=403) for _ in range(2)]
+    sh.kube.user_delete("d", grace=30)
+    await run_for(sh.clock, 0.5)
+    p = sh.kube.pod("d")
+    assert p is not None and p["status"]["reason"] == "ProviderDeleteFailed"
+    assert p["status"]["message"] == (
+        f"deleting the workload in the simulated backend failed, retrying with backoff: {refused}"
+    )
+    assert p["status"]["phase"] == "Running"  # only reason and message were written
+    [ev] = sh.kube.events("ProviderDeleteFailed")
+    assert refused in ev["message"]
+    await run_for(sh.clock, 10)  # retried with backoff: the third try works
+    assert sh.scripted.delete_errors == []
+    assert sh.kube.pod("d") is None and uid not in sh.workloads()
+
+
+async def test_a_refused_first_list_is_an_event_on_each_pod_once_per_error(
+    sh: ScriptedHarness,
+) -> None:
+    """No pod is created or deleted before the first backend list; a pod that stays Pending or
+    Terminating meanwhile says why in its Events, not only in the log."""
+    from translators.base import BackendAuthError
+
+    refused = REFUSED.replace("POST", "GET").replace("submit-job", "list-jobs")
+    sh.kube.add(pod("a"))
+    sh.kube.add(pod("b"))
+    translator = sh.translator()
+    translator.list_errors = [BackendAuthError(refused, status=403) for _ in range(100)]
+    sh.ctl = PodController(
+        sh.kube,  # type: ignore[arg-type]
+        translator,
+        EventRecorder(sh.kube, host=NODE, clock=sh.clock),  # type: ignore[arg-type]
+        settings(),
+        clock=sh.clock,
+    )
+    await sh.ctl.start()
+    await run_for(sh.clock, 5)  # a few refused lists (backoff from 1 s), the same error
+    assert not sh.ctl.ready.is_set() and len(translator.list_errors) < 99
+    events = sh.kube.events("BackendListFailed")
+    assert sorted(e["involvedObject"]["name"] for e in events) == ["a", "b"]
+    assert all(e["count"] == 1 and e["type"] == "Warning" for e in events)
+    assert events[0]["message"] == (
+        "the simulated backend's first list failed, so no pod of this node is created or"
+        f" deleted until it succeeds (retried with backoff): {refused}"
+    )
+    translator.list_errors.clear()  # the policy was fixed
+    await run_for(sh.clock, 32)
+    assert sh.ctl.ready.is_set()
+    p = sh.kube.pod("a")
+    assert p is not None and p["status"]["phase"] == "Running"
 
 
 async def test_active_deadline(h: Harness) -> None:
