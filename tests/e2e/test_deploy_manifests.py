@@ -1,10 +1,12 @@
 """deploy/ applies to the real API server: the Kustomize base on a cluster that has never seen
-vkgate (first try, no ordering errors), then every overlay with ``--dry-run=server`` and for
-real (deploy/README.md)."""
+vkgate (first try, no ordering errors), then every overlay and the Nomad TLS components with
+``--dry-run=server`` and for real, then the Helm chart with one node and with several, its
+Nomad Secret and ACL policy ConfigMap (deploy/README.md)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,7 @@ def kubectl(kubectl_path: Path) -> Any:
         cp.stop()
 
 
-def test_base_then_every_overlay_applies(kubectl: Any) -> None:
+def test_base_then_every_overlay_applies(kubectl: Any, tmp_path: Path) -> None:
     assert kubectl("get", "namespace", "vkgate-system", check=False).returncode != 0, (
         "the cluster must not know vkgate yet: this test proves the first apply"
     )
@@ -67,6 +69,25 @@ def test_base_then_every_overlay_applies(kubectl: Any) -> None:
         dry = kubectl("apply", "-k", str(DEPLOY / overlay), "--dry-run=server")
         assert "(server dry run)" in dry.stdout, dry.stdout
         kubectl("apply", "-k", str(DEPLOY / overlay))
+        if overlay == "overlays/single-node":  # the CA of the Secret vkgate-nomad, mounted
+            spec = _deployments(kubectl)["vkgate"]["spec"]["template"]["spec"]
+            tls = next(v for v in spec["volumes"] if v["name"] == "nomad-tls")
+            assert tls["secret"]["secretName"] == "vkgate-nomad"
+            env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+            assert env["NOMAD_CACERT"] == "/etc/vkgate/nomad-tls/ca.pem"
+
+    # the mutual-TLS component (the single-node overlay carries the CA-only one)
+    mtls = tmp_path / "mtls"
+    mtls.mkdir()
+    (mtls / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(DEPLOY / "base", mtls)],
+                "components": [os.path.relpath(DEPLOY / "components" / "nomad-mtls", mtls)],
+            }
+        )
+    )
+    assert "(server dry run)" in kubectl("apply", "-k", str(mtls), "--dry-run=server").stdout
 
     optional = str(DEPLOY / "optional" / "csr-self-approve.yaml")
     assert "(server dry run)" in kubectl("apply", "-f", optional, "--dry-run=server").stdout
@@ -130,5 +151,45 @@ def test_helm_chart_lints_renders_the_same_rbac_and_applies(
             kubectl("get", "deployment", "-n", "vkgate-helm", "vkgate", "-o", "json").stdout
         )
         assert got["spec"]["replicas"] == 2
+
+        # several nodes in one process, TLS files from a Secret the chart makes
+        nodes = [{"name": "vk-helm-dc1"}, {"name": "vk-helm-dc2", "kubeletPort": 10300}]
+        multi = subprocess.run(
+            [
+                str(helm),
+                "template",
+                "vkgate-multi",
+                str(chart),
+                "--namespace=vkgate-helm",
+                f"--set-json=nodes={json.dumps(nodes)}",
+                "--set=nomad.existingSecret=",
+                "--set=nomad.token=t0ken",
+                "--set=nomad.tls.enabled=true",
+                "--set=nomad.tls.clientCert=true",
+                "--set=nomad.tls.ca=CA",
+                "--set=nomad.tls.cert=CERT",
+                "--set=nomad.tls.key=KEY",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        (tmp_path / "multi.yaml").write_text(multi)
+        dry = kubectl("apply", "-f", str(tmp_path / "multi.yaml"), "--dry-run=server")
+        assert "(server dry run)" in dry.stdout
+        kubectl("apply", "-f", str(tmp_path / "multi.yaml"))
+        got = json.loads(
+            kubectl("get", "deployment", "-n", "vkgate-helm", "vkgate-multi", "-o", "json").stdout
+        )
+        ports = {
+            p["name"]: p["containerPort"]
+            for p in got["spec"]["template"]["spec"]["containers"][0]["ports"]
+        }
+        assert ports == {"kubelet-0": 10250, "kubelet-1": 10300, "metrics": 10255}
+        secret = json.loads(
+            kubectl("get", "secret", "-n", "vkgate-helm", "vkgate-multi-nomad", "-o", "json").stdout
+        )
+        assert set(secret["data"]) == {"NOMAD_TOKEN", "ca.pem", "client.pem", "client-key.pem"}
+        kubectl("get", "configmap", "-n", "vkgate-helm", "vkgate-multi-nomad-policy")
     finally:
         kubectl("delete", "deployments,services", "-n", "vkgate-helm", "--all", "--wait=false")

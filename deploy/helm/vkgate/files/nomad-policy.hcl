@@ -1,0 +1,25 @@
+# The Nomad ACL policy of vkgate's token: exactly the grants of the Nomad calls vkgate makes
+# (translators/nomad/acl.py; tests/unit/translators/nomad/test_nomad_acl.py compares both ways).
+#
+#   nomad acl policy apply -description "vkgate" vkgate deploy/nomad/vkgate-policy.hcl
+#   nomad acl token create -name vkgate -policy vkgate -type client
+#
+# One namespace block per Nomad namespace vkgate uses: backend.nomad.namespace ("default"
+# here) and every name in backend.nomad.namespaces.
+
+namespace "default" {
+  capabilities = [
+    "list-jobs",       # GET /v1/jobs: vkgate's jobs (the backstop list)
+    "read-job",        # jobs, allocations, evaluations, allocation stats, the event stream
+    "submit-job",      # register, stop and purge a pod's job
+    "alloc-lifecycle", # SIGKILL when a delete's grace is shorter than the kill timeout
+    "read-fs",         # kubectl logs, and log file sizes (--tail with -f, --previous)
+    "alloc-exec",      # kubectl exec
+    "alloc-node-exec", # kubectl exec into raw_exec tasks (no filesystem isolation)
+  ]
+}
+
+# GET /v1/nodes, /v1/node/:id: the virtual node's capacity, addresses and versions.
+node {
+  policy = "read"
+}
