@@ -8,8 +8,8 @@ set, else Σ ``NodeResources.Cpu.CpuShares`` ÷ Σ ``TotalCpuCores`` over the el
 ``/v1/nodes?resources=true`` call), else 1000.
 
 A node counts when ``Status == ready``, ``SchedulingEligibility == eligible``, it is not
-draining, and its datacenter (glob patterns, like Nomad's), node pool and node class match the
-settings.
+draining, and its datacenter (glob patterns, like Nomad's) and node class match the settings and
+its node pool is one a pod of this node can run in (``node_pool`` or "default", and ``node_pools``).
 
 What is free, per eligible node, is what Nomad's scheduler sees free there
 (``structs.AllocsFit``): the node's resources minus its reserved resources minus what the
@@ -77,7 +77,10 @@ def eligible(node: Mapping[str, Any], cfg: NomadConfig) -> bool:
         return False
     if cfg.node_class and node.get("NodeClass") != cfg.node_class:
         return False
-    return not (cfg.node_pool and node.get("NodePool") != cfg.node_pool)
+    # A job without a node pool runs in "default" (Nomad < 1.6 has no pools: every node is in
+    # "default"); a pod may pick another pool only from ``node_pools``.  "all" spans every pool.
+    pools = cfg.all_node_pools
+    return "all" in pools or str(node.get("NodePool") or "default") in pools
 
 
 def _cpu(node: Mapping[str, Any]) -> tuple[int, int, int]:

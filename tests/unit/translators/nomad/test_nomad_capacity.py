@@ -86,6 +86,24 @@ def test_datacenter_globs_and_node_pool_filter() -> None:
     assert not eligible(node(dc="eu-west", pool="default"), cfg)
 
 
+def test_only_pools_a_pod_of_this_node_can_run_in_count() -> None:
+    """Without ``node_pool`` a job runs in Nomad's "default" pool: a client in another pool
+    counts only when ``node_pools`` lets a pod pick it; Nomad < 1.6 nodes (no pool) are
+    "default"; "all" spans every pool."""
+    plain = NomadConfig.from_settings({}, environ={})
+    assert eligible(node(pool="default"), plain)
+    assert not eligible(node(pool="pool-b"), plain)
+    legacy = node()
+    del legacy["NodePool"]
+    assert eligible(legacy, plain)
+    picks = NomadConfig.from_settings({"node_pools": ["pool-b"]}, environ={})
+    assert eligible(node(pool="pool-b"), picks) and eligible(node(pool="default"), picks)
+    assert not eligible(node(pool="pool-c"), picks)
+    assert eligible(
+        node(pool="pool-c"), NomadConfig.from_settings({"node_pool": "all"}, environ={})
+    )
+
+
 def test_one_factor_in_both_directions_and_reserved_is_subtracted() -> None:
     nodes = [node(mhz=4800, cores=2, reserved_mhz=600, reserved_mem=512), node(mhz=2400, cores=1)]
     assert mhz_per_core(nodes, CFG) == 2400  # 7200 MHz / 3 cores
