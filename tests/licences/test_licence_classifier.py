@@ -420,6 +420,27 @@ def test_distribution_metadata_decides(
     assert (c.licences, c.source) == (licences, source)
 
 
+def test_a_family_classifier_is_made_exact_by_the_field_or_the_files(tmp_path: Path) -> None:
+    bsd = _dist(
+        tmp_path / "a",
+        ["Classifier: License :: OSI Approved :: BSD License"],
+        {"licenses/LICENSE": BSD_3},
+    )
+    assert python.check_distribution(bsd, exceptions={}).licences == ("BSD-3-Clause",)
+    apache = _dist(
+        tmp_path / "b",
+        ["License: Apache 2.0", "Classifier: License :: OSI Approved :: Apache Software License"],
+    )
+    assert python.check_distribution(apache, exceptions={}).licences == ("Apache-2.0",)
+    # Two BSD texts: which one the classifier means is not known, it stays as it is.
+    both = _dist(
+        tmp_path / "c",
+        ["Classifier: License :: OSI Approved :: BSD License"],
+        {"licenses/LICENSE": BSD_3 + BSD_2},
+    )
+    assert python.check_distribution(both, exceptions={}).licences == ("BSD License",)
+
+
 def test_distribution_licence_files_decide_without_metadata(tmp_path: Path) -> None:
     c = python.check_distribution(
         _dist(tmp_path, ["License: UNKNOWN"], {"licenses/LICENSE": MIT}), exceptions={}

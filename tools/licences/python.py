@@ -73,6 +73,8 @@ _TROVE: dict[str, str] = {
     "The Unlicense (Unlicense)": "Unlicense",
     "Zero-Clause BSD (0BSD)": "0BSD",
 }
+#: Classifiers that name a family, not one licence: the field or the files may say which.
+_FAMILIES: dict[str, str] = {"Apache Software License": "Apache-", "BSD License": "BSD-"}
 _UNSET = {"", "unknown", "none", "n/a"}
 _LICENCE_FILE = re.compile(r"licen[cs]e|copying", re.IGNORECASE)
 _FIELD_SPLIT = re.compile(r"\s+(and|or)\s+", re.IGNORECASE)
@@ -140,13 +142,24 @@ def _from_expression(name: str, expr_text: str) -> tuple[tuple[str, ...], list[s
     return (expr_text,), []
 
 
-def _from_classifiers(name: str, classifiers: list[str]) -> tuple[tuple[str, ...], list[str]]:
+def _specific(trove: str, hints: set[str]) -> str:
+    """A family classifier (``Apache Software License``, ``BSD License``) named exactly by the
+    one licence of that family the License field or the licence files hold, if there is one."""
+    family = _FAMILIES.get(trove)
+    if family is None:
+        return _TROVE.get(trove, trove)
+    matches = sorted(h for h in hints if h.startswith(family) and spdx.accepted(h))
+    return matches[0] if len(matches) == 1 else trove
+
+
+def _from_classifiers(
+    name: str, classifiers: list[str], hints: set[str]
+) -> tuple[tuple[str, ...], list[str]]:
     labels: list[str] = []
     problems: list[str] = []
     for c in classifiers:
         if c.startswith(_OSI_PREFIX):
-            trove = c.removeprefix(_OSI_PREFIX)
-            labels.append(_TROVE.get(trove, trove))
+            labels.append(_specific(c.removeprefix(_OSI_PREFIX), hints))
         elif c not in _NEUTRAL_CLASSIFIERS:
             problems.append(f"{name}: classifier {c!r} is not an OSI-approved licence")
     if not labels and not problems:
@@ -206,7 +219,10 @@ def check_distribution(
     if expression:
         source, decided = "License-Expression", _from_expression(name, expression)
     elif classifiers:
-        source, decided = "classifiers", _from_classifiers(name, classifiers)
+        hints = set(expr.licences()) if field and (expr := _field_expression(field)) else set()
+        for _, text in texts:
+            hints |= set(classify_text(text).licences)
+        source, decided = "classifiers", _from_classifiers(name, classifiers, hints)
     elif field:
         source, decided = "License field", _from_field(name, field)
     if decided is None and texts:

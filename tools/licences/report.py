@@ -44,13 +44,12 @@ def python_block(components: Iterable[Component]) -> str:
     lines = [
         f"{len(rows)} distributions.",
         "",
-        "| Distribution | Licence | Read from |",
-        "|---|---|---|",
+        "| Distribution | Licence |",
+        "|---|---|",
     ]
     for c in rows:
         lic = ", ".join(c.licences) + (" (exception)" if c.exception else "")
-        source = c.source if not c.source.startswith("files: ") else "licence files"
-        lines.append(f"| {_cell(c.name)} | {_cell(lic)} | {source} |")
+        lines.append(f"| {_cell(c.name)} | {_cell(lic)} |")
     return "\n".join(lines)
 
 
