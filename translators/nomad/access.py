@@ -69,21 +69,34 @@ class AccessCheck:
         return [(r, ns) for r in cfg.all_regions for ns in cfg.all_namespaces]
 
     async def check(self) -> None:
-        """Raise ``BackendAuthError`` naming every essential grant the token lacks."""
-        refusals: list[str] = []
+        """Raise ``BackendAuthError`` naming every essential grant the token lacks: the first
+        refusal in full (call, answer, what it needs), the others by grant — one line that
+        fits a Node condition."""
+        refusals: dict[tuple[str, str], str] = {}
         for region, ns in self.scopes():
-            refusals += await self._scope(region, ns)
-        if refusals:
-            raise BackendAuthError("; ".join(dict.fromkeys(refusals)), status=403)
+            for capability, message in await self._scope(region, ns):
+                refusals.setdefault((ns, capability), message)
+        if not refusals:
+            return
+        (_, message), *others = refusals.items()
+        if others:
+            also: dict[str, list[str]] = {}
+            for ns, capability in (key for key, _ in others):
+                also.setdefault(ns, []).append(capability)
+            message += "; also refused: " + "; ".join(
+                f'{", ".join(caps)} in namespace "{ns}"' for ns, caps in also.items()
+            )
+        raise BackendAuthError(message, status=403)
 
-    async def _scope(self, region: str, ns: str) -> list[str]:
-        out: list[str] = []
+    async def _scope(self, region: str, ns: str) -> list[tuple[str, str]]:
+        """(capability, refusal message) for each essential grant refused in one scope."""
+        out: list[tuple[str, str]] = []
         try:
             await self.client.call(
                 "GET", "/jobs", params={"per_page": 1}, namespace=ns, region=region, retry=NO_RETRY
             )
         except BackendAuthError as exc:
-            out.append(str(exc))
+            out.append(("list-jobs", str(exc)))
         try:
             await self.client.call(
                 "GET", f"/job/{PROBE_JOB}", namespace=ns, region=region, retry=NO_RETRY
@@ -91,7 +104,7 @@ class AccessCheck:
         except BackendNotFound:
             pass
         except BackendAuthError as exc:
-            out.append(str(exc))
+            out.append(("read-job", str(exc)))
         known = self.can_submit.get((region, ns))
         if known is not True or self.client.refusals.get("submit-job", ns) is not None:
             try:
@@ -106,10 +119,10 @@ class AccessCheck:
                 self.can_submit[(region, ns)] = True
             except BackendAuthError as exc:
                 self.can_submit[(region, ns)] = False
-                out.append(str(exc))
+                out.append(("submit-job", str(exc)))
             except BackendError:
                 self.can_submit.pop((region, ns), None)  # not the ACL check's answer
                 standing = self.client.refusals.get("submit-job", ns)
                 if standing is not None:
-                    out.append(standing)
+                    out.append(("submit-job", standing))
         return out
