@@ -10,6 +10,7 @@ and the backend's health says so.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
@@ -318,3 +319,37 @@ async def test_a_tls_failure_is_one_line_not_retried_and_makes_the_node_not_read
     await t.close()
     assert server.handshakes == 2  # one per ping and one per list: nothing retried
     assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_the_change_feed_backs_off_on_a_tls_failure_without_a_traceback(
+    server: TLSServer, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The notifier's resync loop under a TLS failure: each attempt is one handshake, the waits
+    between them follow retry_backoff (no hot loop), and nothing is logged with a traceback."""
+    delays: list[float] = []
+    enough = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        if len(delays) >= 6:
+            enough.set()
+        await asyncio.sleep(0)
+
+    t = NomadTranslator(
+        TranslatorContext(node_name="vk", settings={"retry_backoff": [0.2, 0.5, 1, 2]}),
+        environ=_env(server, pki, NOMAD_CACERT=str(pki.other_ca)),
+        sleep=sleep,
+    )
+    caplog.set_level(logging.DEBUG)
+    feed = t.changes()
+    consumer = asyncio.ensure_future(anext(feed))
+    await asyncio.wait_for(enough.wait(), 10)
+    consumer.cancel()
+    await t.close()
+    assert delays[:6] == [0.2, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert server.handshakes <= len(delays) + 1  # one attempt per wait, none retried inside
+    assert not [r for r in caplog.records if r.exc_info]
+    tls = [
+        r.getMessage() for r in caplog.records if "TLS: certificate verify failed" in r.getMessage()
+    ]
+    assert tls and all("\n" not in m for m in tls)
