@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from gateway.devstack.components import NOMAD_FIRST_BUSL, binaries, nomad
 from tools.licences import golang, python, report
@@ -105,3 +106,18 @@ def test_docs_list_the_python_distributions() -> None:
 
 def test_docs_list_the_exceptions() -> None:
     assert _committed("exceptions") == report.exceptions_block(), REGENERATE
+
+
+def test_every_go_exception_is_still_needed(go: list[Component]) -> None:
+    used = {c.name.split(" => ")[-1]: c for c in go if c.exception}
+    assert golang.GO_EXCEPTIONS, "no exceptions left: this test has nothing to check, delete it"
+    for key in golang.GO_EXCEPTIONS:
+        assert key in used, f"GO_EXCEPTIONS[{key!r}] matches no module built now: remove it"
+
+
+def test_every_python_exception_is_still_needed() -> None:
+    documented, _ = documented_python()
+    used = {canonicalize_name(c.name) for c in documented if c.exception}
+    assert python.PY_EXCEPTIONS, "no exceptions left: this test has nothing to check, delete it"
+    for key in python.PY_EXCEPTIONS:
+        assert key in used, f"PY_EXCEPTIONS[{key!r}] matches no distribution installed: remove it"
