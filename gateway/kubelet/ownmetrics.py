@@ -46,7 +46,8 @@ Readiness = Callable[[], "str | None"]
 
 class MetricsServer:
     """Plain-HTTP ``/metrics``, ``/healthz`` (liveness: the event loop answers) and ``/readyz``
-    (``ready()``: the Node is registered and the backend reachable) on ``address``."""
+    (``ready()``: the Node is registered, the backend reachable and the start-up gate open,
+    docs/design/startup.md) on ``address``."""
 
     def __init__(
         self, metrics: Exposition, address: str, *, ready: Readiness | None = None
