@@ -327,17 +327,20 @@ def _bootstrap_acl(address: str, tls: NomadTLS, timeout: float) -> str:
     raise DevstackError(f"nomad ACL bootstrap did not succeed in {timeout:.0f} s: {last}")
 
 
-def apply_policy(cluster_address: str, tls: NomadTLS, management: str, rules: str) -> str:
-    """Apply ``rules`` as the ``vkgate`` policy and return a new client token's secret."""
+def apply_policy(
+    cluster_address: str, tls: NomadTLS, management: str, rules: str, *, name: str = POLICY_NAME
+) -> str:
+    """Apply ``rules`` as the policy ``name`` and return a new client token's secret (a test's
+    own narrower or wider policy takes its own name, never the shipped one's)."""
     _call(
         cluster_address,
         tls,
         management,
         "POST",
-        f"/v1/acl/policy/{POLICY_NAME}",
+        f"/v1/acl/policy/{name}",
         body={
-            "Name": POLICY_NAME,
-            "Description": "vkgate (deploy/nomad/vkgate-policy.hcl)",
+            "Name": name,
+            "Description": f"vkgate e2e ({name})",
             "Rules": rules,
         },
     )
@@ -347,7 +350,7 @@ def apply_policy(cluster_address: str, tls: NomadTLS, management: str, rules: st
         management,
         "POST",
         "/v1/acl/token",
-        body={"Name": "vkgate", "Type": "client", "Policies": [POLICY_NAME]},
+        body={"Name": name, "Type": "client", "Policies": [name]},
     )
     secret: str = token["SecretID"]
     return secret
