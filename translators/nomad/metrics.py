@@ -39,6 +39,13 @@ real ``nomad agent -dev``:
 * A field counts as measured only when its name is in the stats' ``Measured`` list (Nomad
   zero-fills the rest); a zero memory figure for a running task is never real either.  Unknown
   stays None — never a fake zero (docs/design/kubelet-contract.md, "Resource metrics").
+* Nomad clients before 1.7 count their own executor in a raw_exec task's process-based stats:
+  the executor enters the task's cgroup before it starts the task (``drivers/shared/executor``
+  in 1.6), so the task's ``Pids`` hold it too, ~85 MB of RSS that is not the container's
+  (observed on 1.6.3, docs/design/nomad.md "Nomad versions: 1.6.3 and 1.11.3").  For a client
+  whose ``Version`` (from the node list) is below 1.7, a task with process-based memory and at
+  least two pids has the lowest pid's figures — the executor, which started the task —
+  subtracted from its RSS and CPU ``Percent``.
 
 Node totals: a virtual node *is* its pods (a Nomad client also runs other work, so the client's
 own figures would be wrong).  Memory and the CPU rate stay None here and the kubelet server sums
@@ -55,6 +62,7 @@ import asyncio
 import datetime as _dt
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +104,41 @@ def memory_usage(memory: Mapping[str, Any]) -> tuple[int | None, int | None]:
         cache = _measured(memory, "Cache", "Cache") or 0.0
         return max(0, int(usage - cache)) or None, rss_bytes
     return rss_bytes, rss_bytes
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+
+
+def executor_in_task(version: str) -> bool:
+    """The client (its node ``Version``) counts its executor in a task's process stats (< 1.7)."""
+    m = _VERSION.match(version or "")
+    return m is not None and (int(m[1]), int(m[2])) < (1, 7)
+
+
+def without_executor(usage: Mapping[str, Any], pids: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A task's ``ResourceUsage`` minus its executor's (the lowest of at least two ``Pids``),
+    for clients where ``executor_in_task``; cgroup-based memory (``Usage`` measured) and a
+    lone pid are left as they are."""
+    memory: Mapping[str, Any] = usage.get("MemoryStats") or {}
+    if "Usage" in (memory.get("Measured") or []) or len(pids) < 2:
+        return usage
+    try:
+        executor: Mapping[str, Any] = pids[min(pids, key=int)] or {}
+    except (TypeError, ValueError):
+        return usage
+    out = dict(usage)
+    exe_memory: Mapping[str, Any] = executor.get("MemoryStats") or {}
+    if isinstance(memory.get("RSS"), int | float) and isinstance(
+        exe_memory.get("RSS"), int | float
+    ):
+        out["MemoryStats"] = {**memory, "RSS": max(0, memory["RSS"] - exe_memory["RSS"])}
+    cpu: Mapping[str, Any] = usage.get("CpuStats") or {}
+    exe_cpu: Mapping[str, Any] = executor.get("CpuStats") or {}
+    if isinstance(cpu.get("Percent"), int | float) and isinstance(
+        exe_cpu.get("Percent"), int | float
+    ):
+        out["CpuStats"] = {**cpu, "Percent": max(0.0, cpu["Percent"] - exe_cpu["Percent"])}
+    return out
 
 
 def cpu_percent(cpu: Mapping[str, Any], *, age: float | None) -> float | None:
@@ -207,6 +250,8 @@ class StatsTarget:
     #: running task name → its StartedAt
     tasks: Mapping[str, _dt.datetime | None]
     started_at: _dt.datetime | None
+    #: the Nomad client the allocation runs on
+    node_id: str = ""
 
     def task_keys(self) -> list[TaskKey]:
         return [(self.alloc_id, t) for t in self.tasks]
@@ -235,18 +280,28 @@ def targets(views: Iterable[JobView]) -> list[StatsTarget]:
                 region=view.region,
                 tasks=tasks,
                 started_at=parse_time(alloc.get("CreateTime")),
+                node_id=str(alloc.get("NodeID") or ""),
             )
         )
     return out
 
 
-def pod_usage(target: StatsTarget, stats: Mapping[str, Any], cpu: CpuIntegrator) -> PodUsage:
-    """One allocation's stats reply → ``PodUsage`` (one container per running task)."""
+def pod_usage(
+    target: StatsTarget,
+    stats: Mapping[str, Any],
+    cpu: CpuIntegrator,
+    *,
+    executor_counted: bool = False,
+) -> PodUsage:
+    """One allocation's stats reply → ``PodUsage`` (one container per running task).
+    ``executor_counted``: the client counts its executor in the tasks (``executor_in_task``)."""
     tasks: Mapping[str, Any] = stats.get("Tasks") or {}
     now = cpu.clock.now()
     containers: list[ContainerUsage] = []
     for name, started in target.tasks.items():
         usage = (tasks.get(name) or {}).get("ResourceUsage") or {}
+        if executor_counted:
+            usage = without_executor(usage, (tasks.get(name) or {}).get("Pids") or {})
         age = None if started is None else (now - started).total_seconds()
         pct = cpu_percent(usage.get("CpuStats") or {}, age=age)
         working_set, rss = memory_usage(usage.get("MemoryStats") or {})
@@ -264,11 +319,21 @@ def pod_usage(target: StatsTarget, stats: Mapping[str, Any], cpu: CpuIntegrator)
 
 
 def node_usage(
-    found: Sequence[StatsTarget], replies: Sequence[Mapping[str, Any] | None], cpu: CpuIntegrator
+    found: Sequence[StatsTarget],
+    replies: Sequence[Mapping[str, Any] | None],
+    cpu: CpuIntegrator,
+    *,
+    node_versions: Mapping[str, str] | None = None,
 ) -> NodeUsage:
     """One scrape: the targets with their stats replies (None = that call failed: the pod is
-    left out, but its CPU state is kept so the counter continues next time) → ``NodeUsage``."""
-    pods = [pod_usage(t, r, cpu) for t, r in zip(found, replies, strict=True) if r is not None]
+    left out, but its CPU state is kept so the counter continues next time) → ``NodeUsage``.
+    ``node_versions``: NodeID → the client's Nomad version (unknown: taken as 1.7 or later)."""
+    versions = node_versions or {}
+    pods = [
+        pod_usage(t, r, cpu, executor_counted=executor_in_task(versions.get(t.node_id, "")))
+        for t, r in zip(found, replies, strict=True)
+        if r is not None
+    ]
     cpu.keep(k for t in found for k in t.task_keys())
     return NodeUsage(time=cpu.clock.now(), pods=tuple(pods), cpu_core_seconds=cpu.total())
 
@@ -283,6 +348,8 @@ class NomadMetrics:
         self.client = client
         self.cpu = CpuIntegrator(clock)
         self.concurrency = max(1, concurrency)
+        #: NodeID → the client's Nomad version, kept current by the translator's node lists
+        self.node_versions: dict[str, str] = {}
 
     async def _stats(
         self, target: StatsTarget, gate: asyncio.Semaphore
@@ -311,4 +378,4 @@ class NomadMetrics:
         found = targets(views)
         gate = asyncio.Semaphore(self.concurrency)
         replies = await asyncio.gather(*(self._stats(t, gate) for t in found))
-        return node_usage(found, replies, self.cpu)
+        return node_usage(found, replies, self.cpu, node_versions=self.node_versions)

@@ -220,6 +220,9 @@ class NomadTranslator:
         nodes = await self.client.get("/nodes", params={"resources": True}, namespace="")
         nodes = list(nodes or [])
         self._node_ips.update(cap.node_addresses(nodes))
+        self.metrics.node_versions.update(
+            {str(n["ID"]): str(n.get("Version") or "") for n in nodes if n.get("ID")}
+        )
         self._factor = cap.mhz_per_core(nodes, self.config)
         return nodes
 
