@@ -1,9 +1,9 @@
 """The one retry layer for HTTP requests: an ``httpx`` transport wrapper (docs/design/retry.md).
 
-Every HTTP client of vkgate (the Nomad and Zun backends, the Kubernetes client on httpx) sends
-through ``RetryTransport(inner, policy=..., sleep=...)``, and the Kubernetes client's lean HTTP
-path calls the same loop (``retry_after_first``), so *when* a request is retried and *how long*
-it waits is decided in exactly one place:
+The HTTP clients of the backends (Nomad, Zun) send through ``RetryTransport(inner,
+policy=..., sleep=...)``, and the Kubernetes client calls the same loop (``retry_after_first``)
+above its sender, so *when* a request is retried and *how long* it waits is decided in exactly
+one place:
 
 * **Idempotent methods** (``GET``, ``HEAD``, ``OPTIONS`` by default) are retried on a transport
   error (refused, reset, timeout) and on a retryable status (429, 500, 502, 503, 504).
@@ -125,7 +125,7 @@ NO_RETRY = RetryPolicy(delays=())
 
 
 class Answer(Protocol):
-    """What the retry loop reads of a response: httpx's, or the kube client's lean one."""
+    """What the retry loop reads of a response: httpx's, or a kube client sender's."""
 
     @property
     def status_code(self) -> int: ...

@@ -1,5 +1,5 @@
-"""The one HTTP client to the Kubernetes API: httpx, raw JSON dicts, no generated models (the
-shapes the code reads are named in ``vkgate_core.kubetypes``).
+"""The one HTTP client to the Kubernetes API: raw JSON dicts, no generated models (the shapes
+the code reads are named in ``vkgate_core.kubetypes``).
 
 Why not the ``kubernetes`` package's ApiClient: it is synchronous, and its typed models drop
 fields they do not know on a round trip (a PUT of a pod read with an older client erases newer
@@ -8,14 +8,17 @@ fields).  We keep the objects as the JSON the server sent and borrow exactly one
 
 Design decisions:
 
-* **Transport seam.** ``KubeClient(config, transport=...)`` takes an optional httpx transport, so
-  unit tests use ``httpx.MockTransport``/respx and the same code runs against a real server.
+* **One pipeline over a sender seam.** Auth header, rate limit, retries, ``stats``, error
+  mapping and watch decoding happen here, once; each attempt goes to a ``Sender``
+  (gateway/kube/sender.py): the lean ``Http11Sender`` in production and in the unit tests
+  (a loopback fake API server), ``HttpxSender`` when a proxy applies or a caller passes an
+  httpx ``transport=`` (docs/design/kube-client.md, "HTTP path").
 * **One error mapping.** Every failure goes through ``errors.error_from_status`` /
   ``errors.error_from_transport``.
 * **Rate limit** is a token bucket (``kube.qps``/``kube.burst``) shared by every request,
   watches included (a watch costs one token when it opens).
-* **Retries are data** (``KUBE_RETRY``, applied by the one retry layer
-  ``vkgate_core.retry.RetryTransport``, docs/design/retry.md): idempotent reads are retried on
+* **Retries are data** (``KUBE_RETRY``, applied by the one retry loop
+  ``vkgate_core.retry.retry_after_first``, docs/design/retry.md): idempotent reads are retried on
   5xx / 429 / connection errors with jittered backoff, honouring ``Retry-After``; writes only on
   429, which the server sends before doing anything (APF throttling), or when the connection was
   never made, so a retry can never apply a write twice.  Every attempt takes a rate-limit token
@@ -27,7 +30,6 @@ Design decisions:
 
 from __future__ import annotations
 
-import contextlib
 import json as _json
 import logging
 import os
@@ -38,7 +40,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
@@ -46,18 +48,21 @@ import httpx
 from gateway.config import KubeSettings
 from gateway.errors import StartupError
 from gateway.kube.errors import ApiError, NotLeader, error_from_status, error_from_transport
-from gateway.kube.http11 import Http11Pool, Response
+from gateway.kube.http11 import Http11Sender
+from gateway.kube.sender import HttpxSender, Response, Sender
 from vkgate_core.clock import Clock, SystemClock
-from vkgate_core.retry import (
-    MAYBE_RETRIED,
-    NO_RETRY,
-    RETRY,
-    RetryPolicy,
-    RetryTransport,
-    retry_after_first,
-)
+from vkgate_core.retry import MAYBE_RETRIED, NO_RETRY, RetryPolicy, retry_after_first
 
-__all__ = ["KUBE_RETRY", "NO_RETRY", "KubeClient", "KubeConfig", "RetryPolicy", "TokenBucket"]
+__all__ = [
+    "KUBE_RETRY",
+    "NO_RETRY",
+    "KubeClient",
+    "KubeConfig",
+    "RetryPolicy",
+    "Sender",
+    "TokenBucket",
+    "make_sender",
+]
 
 log = logging.getLogger("gateway.kube")
 
@@ -170,9 +175,6 @@ KUBE_RETRY = RetryPolicy(
     idempotent=frozenset({"GET", "HEAD"}),
 )
 
-#: The request extension naming the token bucket a request's retries take from.
-_BUCKET = "vkgate.bucket"
-
 
 class TokenBucket:
     """Client-side rate limit: ``burst`` tokens, refilled at ``qps`` per second; qps <= 0 = off."""
@@ -217,17 +219,6 @@ def resource_of(path: str) -> str:
     return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
 
 
-class _Auth(httpx.Auth):
-    def __init__(self, config: KubeConfig) -> None:
-        self._config = config
-
-    def auth_flow(self, request: httpx.Request) -> Any:
-        token = self._config.token
-        if token:
-            request.headers["Authorization"] = token
-        yield request
-
-
 class KubeClient:
     """Async Kubernetes API client over raw JSON.  Paths are raw API paths."""
 
@@ -235,6 +226,7 @@ class KubeClient:
         self,
         config: KubeConfig,
         *,
+        sender: Sender | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         qps: float = 50.0,
         burst: int = 100,
@@ -255,38 +247,10 @@ class KubeClient:
         self.fence: Callable[[str, str], str | None] | None = None
         self._rng = rng or random.Random()
         self._limiter = TokenBucket(qps, burst, clock=self.clock)
-        self._extensions: dict[str, Any] = (
-            {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
-        )
         self._headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-        #: The lean HTTP/1.1 path (docs/design/kube-client.md, "HTTP path"); None when a test
-        #: transport or a proxy sends requests through httpx instead.
-        self._pool: Http11Pool | None = None
-        if transport is None and not _proxied(self.server):
-            self._pool = Http11Pool(
-                self.server,
-                ssl_context=config.ssl_context() if self.server.startswith("https") else None,
-                server_hostname=config.tls_server_name,
-                max_connections=max_connections,
-                connect_timeout=timeout,
-            )
-        if transport is None:
-            verify: ssl.SSLContext | bool = True
-            if self.server.startswith("https"):
-                verify = config.ssl_context()
-            transport = httpx.AsyncHTTPTransport(verify=verify)
-        self._http = httpx.AsyncClient(
-            base_url=self.server,
-            transport=RetryTransport(
-                transport,
-                policy=self.retry,
-                sleep=self.clock.sleep,
-                rng=self._rng,
-                before_retry=self._before_retry,
-            ),
-            auth=_Auth(config),
-            timeout=httpx.Timeout(timeout),
-            headers=self._headers,
+        #: What carries each attempt (docs/design/kube-client.md, "HTTP path").
+        self.sender: Sender = sender or make_sender(
+            config, transport=transport, timeout=timeout, max_connections=max_connections
         )
 
     # -- construction ------------------------------------------------------------------
@@ -310,14 +274,12 @@ class KubeClient:
         return cls(load_config(str(path), context=context), qps=qps, burst=burst, **kwargs)
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            await self._pool.aclose()
-        await self._http.aclose()
+        await self.sender.aclose()
 
     @property
     def connections_opened(self) -> int | None:
         """Connections the lean path has opened (None when requests go through httpx)."""
-        return self._pool.opened if self._pool is not None else None
+        return self.sender.connections_opened
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -361,61 +323,15 @@ class KubeClient:
         await bucket.acquire()
         if verb:
             self.stats[(verb, resource_of(path))] += 1
-        if self._pool is not None:
-            return await self._lean(
-                method=method,
-                path=path,
-                params=params,
-                content=content,
-                headers=hdrs,
-                retry=retry,
-                bucket=bucket,
-                verb=verb,
-            )
-        extensions = self._extensions
-        if retry is not None or limiter is not None:
-            extensions = {**extensions, RETRY: retry, _BUCKET: limiter}
-        try:
-            resp = await self._http.request(
-                method,
-                path,
-                params=_params(params),
-                content=content,
-                headers=hdrs,
-                extensions=extensions,
-            )
-        except httpx.TransportError as exc:
-            raise error_from_transport(exc, context=f"{method} {self.server}{path}") from exc
-        if resp.status_code < 400:
-            return _decode(resp.content)
-        raise error_from_status(
-            resp.status_code, resp.content, retry_after=resp.headers.get("Retry-After")
-        )
-
-    async def _lean(
-        self,
-        *,
-        method: str,
-        path: str,
-        params: Mapping[str, Any] | None,
-        content: bytes | None,
-        headers: dict[str, str],
-        retry: RetryPolicy | None,
-        bucket: TokenBucket,
-        verb: str | None,
-    ) -> dict[str, Any]:
-        """``request`` on the lean HTTP/1.1 path, through the one retry loop."""
-        assert self._pool is not None
-        pool = self._pool
-        query = _params(params)
-        target = f"{path}?{urlencode(query, quote_via=quote)}" if query else path
-        all_headers = {**self._headers, **headers}
+        sender = self.sender
+        target = _target(path, params)
+        all_headers = {**self._headers, **hdrs}
         token = self.config.token
         if token:
             all_headers["Authorization"] = token
 
         def send() -> Awaitable[Response]:
-            return pool.request(method, target, all_headers, content, time_limit=self.timeout)
+            return sender.request(method, target, all_headers, content, time_limit=self.timeout)
 
         async def before_retry() -> None:
             await bucket.acquire()
@@ -449,13 +365,6 @@ class KubeClient:
         raise error_from_status(
             resp.status_code, resp.content, retry_after=resp.headers.get("retry-after")
         )
-
-    async def _before_retry(self, request: httpx.Request) -> None:
-        """Each repeated attempt takes a token from the request's bucket and counts as a write."""
-        await (request.extensions.get(_BUCKET) or self._limiter).acquire()
-        verb = _WRITE_VERBS.get(request.method)
-        if verb:
-            self.stats[(verb, resource_of(request.url.path))] += 1
 
     async def get(
         self,
@@ -541,9 +450,19 @@ class KubeClient:
         """
         query = dict(params or {})
         query["watch"] = "true"
+        headers = dict(self._headers)
+        token = self.config.token
+        if token:
+            headers["Authorization"] = token
         await self._limiter.acquire()
         try:
-            async with self._stream(path, query, read_timeout) as resp:
+            async with self.sender.stream(
+                "GET",
+                _target(path, query),
+                headers,
+                head_limit=self.timeout,
+                read_timeout=read_timeout,
+            ) as resp:
                 if resp.status_code >= 400:
                     body = await resp.aread()
                     raise error_from_status(
@@ -563,44 +482,29 @@ class KubeClient:
         except httpx.TransportError as exc:
             raise error_from_transport(exc, context=f"watch {self.server}{path}") from exc
 
-    @contextlib.asynccontextmanager
-    async def _stream(
-        self, path: str, query: Mapping[str, Any], read_timeout: float | None
-    ) -> AsyncIterator[_Streamed]:
-        params = _params(query)
-        if self._pool is not None:
-            target = f"{path}?{urlencode(params, quote_via=quote)}" if params else path
-            headers = dict(self._headers)
-            token = self.config.token
-            if token:
-                headers["Authorization"] = token
-            async with self._pool.stream(
-                "GET", target, headers, head_limit=self.timeout, read_timeout=read_timeout
-            ) as resp:
-                yield resp
-            return
-        async with self._http.stream(
-            "GET",
-            path,
-            params=params,
-            timeout=httpx.Timeout(self.timeout, read=read_timeout),
-            extensions={**self._extensions, RETRY: NO_RETRY},
-        ) as r:
-            yield r
 
-
-class _Streamed(Protocol):
-    """What ``watch`` reads of a streamed response, on either path."""
-
-    @property
-    def status_code(self) -> int: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-    async def aread(self) -> bytes: ...
-
-    def aiter_lines(self) -> AsyncIterator[str]: ...
+def make_sender(
+    config: KubeConfig,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float = 30.0,
+    max_connections: int = 100,
+) -> Sender:
+    """The lean HTTP/1.1 sender, or httpx where a test injects a ``transport`` or a proxy
+    from the environment applies (docs/design/kube-client.md, "HTTP path")."""
+    server = config.server.rstrip("/")
+    if transport is not None:
+        return HttpxSender(server, transport=transport, tls_server_name=config.tls_server_name)
+    ssl_context = config.ssl_context() if server.startswith("https") else None
+    if _proxied(server):
+        return HttpxSender(server, ssl_context=ssl_context, tls_server_name=config.tls_server_name)
+    return Http11Sender(
+        server,
+        ssl_context=ssl_context,
+        server_hostname=config.tls_server_name,
+        max_connections=max_connections,
+        connect_timeout=timeout,
+    )
 
 
 def _proxied(server: str) -> bool:
@@ -610,6 +514,12 @@ def _proxied(server: str) -> bool:
     if not (proxies.get(scheme) or proxies.get("all")):
         return False
     return not urllib.request.proxy_bypass(urlsplit(server).hostname or "")
+
+
+def _target(path: str, params: Mapping[str, Any] | None) -> str:
+    """``path`` with its query, percent-encoded once here for every sender."""
+    query = _params(params)
+    return f"{path}?{urlencode(query, quote_via=quote)}" if query else path
 
 
 def _params(params: Mapping[str, Any] | None) -> dict[str, str] | None:

@@ -1,5 +1,9 @@
 """The kube client's HTTP/1.1 path: keep-alive connections on asyncio streams, nothing else.
 
+``Http11Sender`` is the production ``Sender`` under ``KubeClient`` (gateway/kube/sender.py):
+it sends one request and returns what came back; auth, rate limits, retries and error mapping
+are the client's, the same whichever sender carries a request.
+
 Why not httpx here (it stays for the backends and for tests that mock the API server): measured
 on one real kube-apiserver, a merge PATCH through ``httpx.AsyncClient`` cost 1.6 to 1.7 ms of client
 CPU, through aiohttp 0.5 ms, and through this module 0.23 ms (docs/design/kube-client.md, "HTTP path").
@@ -12,15 +16,16 @@ Scope, deliberately small (the Kubernetes API is the only peer):
 
 * HTTP/1.1 with ``Content-Length`` or ``chunked`` responses (the API server sends both), no
   compression (we never send ``Accept-Encoding``), no redirects, no cookies, no proxies
-  (``KubeClient`` uses httpx when a proxy applies, docs/design/kube-client.md).
+  (``KubeClient`` sends through ``HttpxSender`` when a proxy applies,
+  docs/design/kube-client.md).
 * At most ``max_connections`` requests in flight; each holds one connection.  An idle
   connection the server has closed is noticed before reuse (EOF already read) and dropped.
 * A GET on a reused connection that ends without one byte of response (the server closed it
   while we were sending) is sent once more on a new connection, as Go's net/http does.  Writes
   are never re-sent here; the client's retry policy decides.
 * Failures raise httpx's exception types (``ConnectError``, ``ConnectTimeout``,
-  ``ReadTimeout``, ``WriteError``, ``RemoteProtocolError``) so one error mapping
-  (``gateway.kube.errors``) serves both paths.
+  ``ReadTimeout``, ``WriteError``, ``RemoteProtocolError``), as ``HttpxSender`` does, so one
+  retry rule and one error mapping (``gateway.kube.errors``) serve both senders.
 """
 
 from __future__ import annotations
@@ -30,20 +35,15 @@ import contextlib
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
 
+from gateway.kube.sender import Response
+
+__all__ = ["Http11Sender", "Response", "StreamResponse"]
+
 _MAX_HEAD = 64 * 1024
-
-
-@dataclass(slots=True)
-class Response:
-    status_code: int
-    #: Header names in lower case; a repeated header keeps its last value.
-    headers: dict[str, str]
-    content: bytes
 
 
 class _Conn:
@@ -66,7 +66,7 @@ class StreamResponse:
 
     def __init__(
         self,
-        pool: Http11Pool,
+        pool: Http11Sender,
         conn: _Conn,
         status: int,
         headers: dict[str, str],
@@ -168,8 +168,10 @@ class _Body:
             raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
 
 
-class Http11Pool:
-    """Keep-alive HTTP/1.1 connections to one origin (``https://host:port`` or ``http://…``)."""
+class Http11Sender:
+    """Keep-alive HTTP/1.1 connections to one origin (``https://host:port`` or ``http://…``).
+
+    Response header names are lower case; a repeated header keeps its last value."""
 
     def __init__(
         self,
@@ -197,6 +199,10 @@ class Http11Pool:
         #: Connections opened so far (tests and the benchmark read it).
         self.opened = 0
         self._closed = False
+
+    @property
+    def connections_opened(self) -> int:
+        return self.opened
 
     # -- connections -------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from kube_fakes import SleepRecorder
 
 from gateway.kube.client import KubeClient, KubeConfig
 from gateway.kube.errors import ApiError, ApiUnavailable, Conflict
-from gateway.kube.http11 import Http11Pool
+from gateway.kube.http11 import Http11Sender
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -83,7 +83,7 @@ async def keep_alive_server(body: bytes, status: str = "200 OK") -> AsyncIterato
 
 async def test_keep_alive_reuses_one_connection_and_sends_exact_bytes() -> None:
     async with keep_alive_server(b'{"ok":true}') as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         for _ in range(5):
             resp = await pool.request(
                 "PATCH", "/x?a=%20b", {"Content-Type": "t/j"}, b'{"v":"${X}"}'
@@ -110,7 +110,7 @@ async def test_concurrent_requests_each_hold_their_own_connection_up_to_the_limi
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
 
     async with serving(slow) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}", max_connections=3)
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}", max_connections=3)
         tasks = [asyncio.create_task(pool.request("GET", "/", {})) for _ in range(6)]
         await asyncio.sleep(0.2)
         assert server.connections == 3  # the other three wait for a slot
@@ -135,7 +135,7 @@ async def test_chunked_bodies_and_streamed_lines_split_anywhere() -> None:
             writer.write(b"0\r\n\r\n")
 
     async with serving(chunked) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         whole = await pool.request("GET", "/list", {})
         assert whole.content == payload
         async with pool.stream("GET", "/watch", {}) as resp:
@@ -155,7 +155,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None
         await writer.drain()
 
     async with serving(one_then_close) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         await pool.request("GET", "/", {})
         await asyncio.sleep(0.1)  # the server's FIN arrives while the connection is idle
         resp = await pool.request("POST", "/", {}, b"{}")
@@ -178,14 +178,14 @@ async def test_get_is_resent_once_when_a_reused_connection_dies_unanswered_post_
             await writer.drain()
 
     async with serving(drop_second) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         await pool.request("GET", "/", {})
         assert (await pool.request("GET", "/", {})).status_code == 200
         assert server.connections == 2
         await pool.aclose()
 
     async with serving(drop_second) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         await pool.request("GET", "/", {})
         with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
             await pool.request("POST", "/", {}, b"{}")
@@ -199,11 +199,11 @@ async def test_failures_map_to_httpx_transport_errors() -> None:
         await asyncio.sleep(5)
 
     async with serving(silent) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         with pytest.raises(httpx.ReadTimeout):
             await pool.request("GET", "/", {}, time_limit=0.2)
         await pool.aclose()
-    refused = Http11Pool("http://127.0.0.1:9")
+    refused = Http11Sender("http://127.0.0.1:9")
     with pytest.raises(httpx.ConnectError):
         await refused.request("GET", "/", {})
 
@@ -212,11 +212,11 @@ async def test_failures_map_to_httpx_transport_errors() -> None:
         writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
 
     async with serving(garbage) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         with pytest.raises(httpx.RemoteProtocolError, match="not an HTTP"):
             await pool.request("GET", "/", {})
     with pytest.raises(httpx.LocalProtocolError):
-        await Http11Pool("http://127.0.0.1:9").request("GET", "/", {"X": "a\r\nInjected: 1"})
+        await Http11Sender("http://127.0.0.1:9").request("GET", "/", {"X": "a\r\nInjected: 1"})
 
 
 async def test_a_stream_that_stops_early_closes_its_connection() -> None:
@@ -230,7 +230,7 @@ async def test_a_stream_that_stops_early_closes_its_connection() -> None:
                 await asyncio.sleep(0.01 if i < 2 else 1)
 
     async with serving(endless) as server:
-        pool = Http11Pool(f"http://127.0.0.1:{server.port}")
+        pool = Http11Sender(f"http://127.0.0.1:{server.port}")
         async with pool.stream("GET", "/w", {}, read_timeout=5) as resp:
             async for _ in resp.aiter_lines():
                 break
