@@ -1,11 +1,14 @@
-"""KubeClient over httpx.MockTransport: retries, rate limit, paging, patch types, watch, auth."""
+"""KubeClient on its production (lean HTTP/1.1) path against a loopback fake API server:
+retries, rate limit, paging, patch types, watch, auth.  Transport failures on cue (refused,
+read timeout) go through ``HttpxSender`` with a ``MockTransport`` that raises them, and a
+few tests run on both senders: one pipeline above either."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +25,50 @@ from gateway.kube.client import (
     load_config,
     resource_of,
 )
+from tests.kube_loopback import StartApi
 from vkgate_core.clock import FakeClock
 
 Handler = Callable[[httpx.Request], Any]
+MakeClient = Callable[..., Awaitable[KubeClient]]
 
 
-def client(handler: Handler, clock: FakeClock | None = None, **kw: Any) -> KubeClient:
+def _kube(server: str, clock: FakeClock | None, **kw: Any) -> KubeClient:
     kw.setdefault("qps", 0)
     return KubeClient(
-        KubeConfig(server="https://kube.test", token_source=lambda: "Bearer s3cret"),
-        transport=httpx.MockTransport(handler),
+        KubeConfig(server=server, token_source=lambda: "Bearer s3cret"),
         clock=clock or SleepRecorder(),
         rng=random.Random(0),
         **kw,
     )
+
+
+@pytest.fixture
+def client(loopback: StartApi) -> MakeClient:
+    """``await client(handler, clock, **kw)``: a KubeClient on the lean path, against a
+    loopback API server answering with ``handler``."""
+
+    async def make(handler: Handler, clock: FakeClock | None = None, **kw: Any) -> KubeClient:
+        api = await loopback(handler)
+        return _kube(api.url, clock, **kw)
+
+    return make
+
+
+def httpx_client(handler: Handler, clock: FakeClock | None = None, **kw: Any) -> KubeClient:
+    """A KubeClient on ``HttpxSender`` over ``httpx.MockTransport(handler)``."""
+    return _kube("https://kube.test", clock, transport=httpx.MockTransport(handler), **kw)
+
+
+@pytest.fixture(params=["http11", "httpx"])
+def either(request: pytest.FixtureRequest, client: MakeClient) -> MakeClient:
+    """``client`` on each sender in turn: what the pipeline does cannot depend on the sender."""
+    if request.param == "http11":
+        return client
+
+    async def make(handler: Handler, clock: FakeClock | None = None, **kw: Any) -> KubeClient:
+        return httpx_client(handler, clock, **kw)
+
+    return make
 
 
 def st(code: int, reason: str = "R") -> httpx.Response:
@@ -59,10 +92,10 @@ def scripted(*responses: httpx.Response | Exception) -> tuple[Handler, list[http
 
 
 @pytest.mark.parametrize("code", [500, 502, 503, 504, 429])
-async def test_get_retried_on_retryable_status(code: int):
+async def test_get_retried_on_retryable_status(code: int, client: MakeClient):
     clock = SleepRecorder()
     handler, seen = scripted(st(code), st(code), httpx.Response(200, json={"ok": 1}))
-    c = client(handler, clock)
+    c = await client(handler, clock)
     assert await c.get("/api/v1/nodes/x") == {"ok": 1}
     assert len(seen) == 3
     assert len(clock.slept) == 2
@@ -72,9 +105,9 @@ async def test_get_retried_on_retryable_status(code: int):
 
 
 @pytest.mark.parametrize("code", [400, 401, 403, 404, 409, 410, 422])
-async def test_get_not_retried_on_client_errors(code: int):
+async def test_get_not_retried_on_client_errors(code: int, client: MakeClient):
     handler, seen = scripted(st(code))
-    c = client(handler)
+    c = await client(handler)
     with pytest.raises(e.ApiError) as info:
         await c.get("/api/v1/nodes/x")
     assert info.value.status == code
@@ -85,7 +118,7 @@ async def test_get_not_retried_on_client_errors(code: int):
 async def test_connection_errors_retried_until_budget_then_unavailable():
     clock = SleepRecorder()
     handler, seen = scripted(httpx.ConnectError("refused"))
-    c = client(handler, clock, retry=RetryPolicy(delays=(0.1, 0.2, 0.3)))
+    c = httpx_client(handler, clock, retry=RetryPolicy(delays=(0.1, 0.2, 0.3)))
     with pytest.raises(e.ApiUnavailable, match="refused"):
         await c.get("/api/v1/nodes/x")
     assert len(seen) == 4
@@ -93,10 +126,10 @@ async def test_connection_errors_retried_until_budget_then_unavailable():
     await c.aclose()
 
 
-async def test_writes_not_retried_on_5xx_but_on_429_with_retry_after():
+async def test_writes_not_retried_on_5xx_but_on_429_with_retry_after(client: MakeClient):
     clock = SleepRecorder()
     handler, seen = scripted(st(503))
-    c = client(handler, clock)
+    c = await client(handler, clock)
     with pytest.raises(e.ServerError):
         await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}})
     assert len(seen) == 1
@@ -104,7 +137,7 @@ async def test_writes_not_retried_on_5xx_but_on_429_with_retry_after():
         httpx.Response(429, headers={"Retry-After": "4"}, json={"kind": "Status", "code": 429}),
         httpx.Response(201, json={"metadata": {"name": "p"}}),
     )
-    c2 = client(handler2, clock)
+    c2 = await client(handler2, clock)
     await c2.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}})
     assert len(seen2) == 2
     assert clock.slept[-1] == 4.0  # Retry-After beats the 0.2 s policy delay
@@ -112,14 +145,14 @@ async def test_writes_not_retried_on_5xx_but_on_429_with_retry_after():
     await c2.aclose()
 
 
-async def test_each_retried_attempt_takes_a_token_and_is_counted():
+async def test_each_retried_attempt_takes_a_token_and_is_counted(client: MakeClient):
     clock = SleepRecorder()
     handler, seen = scripted(
         httpx.Response(429, headers={"Retry-After": "1"}, json={"kind": "Status", "code": 429}),
         httpx.Response(201, json={"metadata": {"name": "p"}}),
     )
     bucket = TokenBucket(qps=1, burst=1, clock=clock)
-    c = client(handler, clock)
+    c = await client(handler, clock)
     await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}}, limiter=bucket)
     assert len(seen) == 2
     assert c.stats[("create", "pods")] == 2
@@ -135,7 +168,7 @@ async def test_a_write_is_retried_when_the_connection_was_refused():
     handler, seen = scripted(
         httpx.ConnectError("refused"), httpx.Response(201, json={"metadata": {"name": "p"}})
     )
-    c = client(handler, clock)
+    c = httpx_client(handler, clock)
     await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}})
     assert len(seen) == 2
     await c.aclose()
@@ -143,7 +176,7 @@ async def test_a_write_is_retried_when_the_connection_was_refused():
 
 async def test_a_write_is_not_retried_after_a_read_timeout():
     handler, seen = scripted(httpx.ReadTimeout("slow"))
-    c = client(handler)
+    c = httpx_client(handler)
     with pytest.raises(e.ApiUnavailable, match="ReadTimeout"):
         await c.create("/api/v1/namespaces/a/pods", {"metadata": {"name": "p"}})
     assert len(seen) == 1
@@ -182,16 +215,16 @@ async def test_token_bucket_refills_over_time():
     await asyncio.wait_for(blocked, 0.5)
 
 
-async def test_client_applies_rate_limit():
+async def test_client_applies_rate_limit(client: MakeClient):
     clock = SleepRecorder()
-    c = client(lambda r: httpx.Response(200, json={}), clock, qps=5, burst=2)
+    c = await client(lambda r: httpx.Response(200, json={}), clock, qps=5, burst=2)
     for _ in range(4):
         await c.get("/api/v1/nodes")
     assert clock.slept == pytest.approx([0.2, 0.2])
     await c.aclose()
 
 
-async def test_list_follows_continue_with_limit_500():
+async def test_list_follows_continue_with_limit_500(client: MakeClient):
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -211,7 +244,7 @@ async def test_list_follows_continue_with_limit_500():
             json={"kind": "PodList", "items": [{"n": 2}], "metadata": {"resourceVersion": "10"}},
         )
 
-    c = client(handler)
+    c = await client(handler)
     out = await c.list("/api/v1/pods", params={"fieldSelector": "spec.nodeName=vk"})
     assert out["items"] == [{"n": 1}, {"n": 2}]
     assert out["metadata"]["resourceVersion"] == "10"
@@ -230,9 +263,11 @@ async def test_list_follows_continue_with_limit_500():
         ("apply", "application/apply-patch+yaml"),
     ],
 )
-async def test_patch_content_types_and_field_manager(patch_type: str, content_type: str):
+async def test_patch_content_types_and_field_manager(
+    patch_type: str, content_type: str, client: MakeClient
+):
     handler, seen = scripted(httpx.Response(200, json={}))
-    c = client(handler)
+    c = await client(handler)
     await c.patch("/api/v1/nodes/n/status", {"a": 1}, patch_type=patch_type, field_manager="vkgate")  # type: ignore[arg-type]
     assert seen[0].headers["content-type"] == content_type
     assert seen[0].url.params["fieldManager"] == "vkgate"
@@ -240,9 +275,9 @@ async def test_patch_content_types_and_field_manager(patch_type: str, content_ty
     await c.aclose()
 
 
-async def test_auth_header_and_write_stats():
+async def test_auth_header_and_write_stats(either: MakeClient):
     handler, seen = scripted(httpx.Response(200, json={"metadata": {}}))
-    c = client(handler)
+    c = await either(handler)
     await c.get("/api/v1/nodes/n")
     await c.patch("/api/v1/namespaces/a/pods/p/status", {})
     await c.patch("/api/v1/namespaces/a/pods/p/status", {})
@@ -281,7 +316,7 @@ def stream(*lines: str, hold: asyncio.Event | None = None) -> httpx.Response:
     return httpx.Response(200, content=body())
 
 
-async def test_watch_yields_events_and_passes_params():
+async def test_watch_yields_events_and_passes_params(either: MakeClient):
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -292,7 +327,7 @@ async def test_watch_yields_events_and_passes_params():
             json.dumps({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}),
         )
 
-    c = client(handler)
+    c = await either(handler)
     events = [ev async for ev in c.watch("/api/v1/pods", params={"resourceVersion": "5"})]
     assert [ev["type"] for ev in events] == ["ADDED", "BOOKMARK"]
     assert seen[0].url.params["watch"] == "true"
@@ -300,15 +335,15 @@ async def test_watch_yields_events_and_passes_params():
     await c.aclose()
 
 
-async def test_watch_http_410_raises_gone():
-    c = client(lambda r: st(410, "Expired"))
+async def test_watch_http_410_raises_gone(client: MakeClient):
+    c = await client(lambda r: st(410, "Expired"))
     with pytest.raises(e.Gone):
         async for _ in c.watch("/api/v1/pods"):
             pass
     await c.aclose()
 
 
-async def test_watch_error_event_410_raises_gone():
+async def test_watch_error_event_410_raises_gone(either: MakeClient):
     err = {
         "type": "ERROR",
         "object": {
@@ -318,7 +353,7 @@ async def test_watch_error_event_410_raises_gone():
             "message": "too old resource version",
         },
     }
-    c = client(lambda r: stream(json.dumps({"type": "ADDED", "object": {}}), json.dumps(err)))
+    c = await either(lambda r: stream(json.dumps({"type": "ADDED", "object": {}}), json.dumps(err)))
     got: list[str] = []
     with pytest.raises(e.Gone, match="too old"):
         async for ev in c.watch("/api/v1/pods"):

@@ -244,7 +244,8 @@ async def test_a_stream_that_stops_early_closes_its_connection() -> None:
 
 def client_for(port: int) -> KubeClient:
     config = KubeConfig(server=f"http://127.0.0.1:{port}", token_source=lambda: "Bearer t0k")
-    return KubeClient(config, qps=0, burst=1, timeout=2)
+    # fake time for the retry loop's waits (a refused POST is repeated: nothing was sent)
+    return KubeClient(config, qps=0, burst=1, timeout=2, clock=SleepRecorder())
 
 
 async def test_kube_client_uses_the_lean_path_with_auth_query_and_error_mapping() -> None:

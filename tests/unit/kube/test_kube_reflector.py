@@ -15,6 +15,7 @@ import pytest
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
 from gateway.kube.reflector import Reflector
 from gateway.kube.reflector import lean as cache_lean
+from tests.kube_loopback import StartApi
 from vkgate_core.clock import FakeClock
 
 PATH = "/api/v1/pods"
@@ -106,21 +107,20 @@ class Recorder:
         self.events.append((etype, name, old["metadata"]["resourceVersion"] if old else None))
 
 
-def make_client(server: WatchServer, clock: FakeClock) -> KubeClient:
-    return KubeClient(
-        KubeConfig(server="https://kube.test"),
-        transport=httpx.MockTransport(server.handler),
-        clock=clock,
-        qps=0,
-        retry=RetryPolicy(delays=()),
-    )
+async def make_client(
+    loopback: StartApi, server: WatchServer, clock: FakeClock, **kw: Any
+) -> KubeClient:
+    """A client on the lean path, against ``server`` on a loopback socket."""
+    api = await loopback(server.handler)
+    kw.setdefault("retry", RetryPolicy(delays=()))
+    return KubeClient(KubeConfig(server=api.url), clock=clock, qps=0, **kw)
 
 
 @pytest.fixture
 async def running(
-    server: WatchServer, clock: FakeClock
+    server: WatchServer, clock: FakeClock, loopback: StartApi
 ) -> AsyncIterator[tuple[Reflector, Recorder]]:
-    client = make_client(server, clock)
+    client = await make_client(loopback, server, clock)
     refl = Reflector(
         client,
         PATH,
@@ -176,11 +176,11 @@ def with_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_cached_objects_carry_no_managed_fields_and_everything_else(
-    server: WatchServer, clock: FakeClock
+    server: WatchServer, clock: FakeClock, loopback: StartApi
 ):
     listed = with_managed_fields(pod("a", "1"))
     server.lists = [{"items": [copy.deepcopy(listed)], "metadata": {"resourceVersion": "10"}}]
-    client = make_client(server, clock)
+    client = await make_client(loopback, server, clock)
     refl = Reflector(client, PATH, clock=clock, rng=random.Random(1))
     seen: list[dict[str, Any]] = []
 
@@ -322,13 +322,10 @@ async def test_watch_errors_back_off_with_growing_jittered_delay(
     assert server.list_calls == 1
 
 
-async def test_handler_exception_does_not_stop_reflector(server: WatchServer, clock: FakeClock):
-    client = KubeClient(
-        KubeConfig(server="https://k"),
-        transport=httpx.MockTransport(server.handler),
-        clock=clock,
-        qps=0,
-    )
+async def test_handler_exception_does_not_stop_reflector(
+    server: WatchServer, clock: FakeClock, loopback: StartApi
+):
+    client = await make_client(loopback, server, clock, retry=None)
     calls: list[str] = []
 
     async def bad(etype: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -349,7 +346,7 @@ async def test_handler_exception_does_not_stop_reflector(server: WatchServer, cl
 
 
 async def test_watch_closed_at_once_repeatedly_backs_off_instead_of_spinning(
-    server: WatchServer, clock: FakeClock
+    server: WatchServer, clock: FakeClock, loopback: StartApi
 ):
     class Closing(WatchServer):
         async def handler(self, request: httpx.Request) -> httpx.Response:
@@ -360,12 +357,7 @@ async def test_watch_closed_at_once_repeatedly_backs_off_instead_of_spinning(
 
     closing = Closing()
     closing.lists = server.lists
-    client = KubeClient(
-        KubeConfig(server="https://k"),
-        transport=httpx.MockTransport(closing.handler),
-        clock=clock,
-        qps=0,
-    )
+    client = await make_client(loopback, closing, clock, retry=None)
     refl = Reflector(client, PATH, clock=clock, rng=random.Random(1))
     task = asyncio.create_task(refl.run(Recorder()))
     await advance(clock, 30, step=0.1)
