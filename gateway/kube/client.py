@@ -51,6 +51,7 @@ from gateway.kube.errors import ApiError, NotLeader, error_from_status, error_fr
 from gateway.kube.http11 import Http11Sender
 from gateway.kube.sender import HttpxSender, Response, Sender
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.ratelimit import TokenBucket
 from vkgate_core.retry import MAYBE_RETRIED, NO_RETRY, RetryPolicy, retry_after_first
 
 __all__ = [
@@ -174,32 +175,6 @@ KUBE_RETRY = RetryPolicy(
     max_retry_after=30.0,
     idempotent=frozenset({"GET", "HEAD"}),
 )
-
-
-class TokenBucket:
-    """Client-side rate limit: ``burst`` tokens, refilled at ``qps`` per second; qps <= 0 = off."""
-
-    def __init__(self, qps: float, burst: int, *, clock: Clock) -> None:
-        self.qps = qps
-        self.burst = max(1, burst)
-        self._clock = clock
-        self._tokens = float(self.burst)
-        self._last = clock.monotonic()
-        self._waiters = 0
-
-    def _refill(self) -> None:
-        now = self._clock.monotonic()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-        self._last = now
-
-    async def acquire(self) -> None:
-        if self.qps <= 0:
-            return
-        self._refill()
-        # Reserve a token now (possibly going negative) so concurrent callers queue fairly.
-        self._tokens -= 1.0
-        if self._tokens < 0:
-            await self._clock.sleep(-self._tokens / self.qps)
 
 
 # --------------------------------------------------------------------------- the client

@@ -38,9 +38,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.kube.client import KubeClient, TokenBucket
+from gateway.kube.client import KubeClient
 from gateway.kube.errors import NotFound
 from vkgate_core.clock import Clock, SystemClock
+from vkgate_core.ratelimit import TokenBucket
 
 log = logging.getLogger("gateway.kube.events")
 

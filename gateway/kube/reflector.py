@@ -34,9 +34,9 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar, cast
 
-from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone, truncate
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.kube.reflector")

@@ -37,6 +37,7 @@ from typing import Any
 
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Conflict
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 SIGNER = "kubernetes.io/kubelet-serving"
 CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 RENEW_FRACTION = 0.7
+#: Waits after consecutive failed requests: 10 s doubling to 300 s, not jittered.
+RETRY_BACKOFF = Backoff(base=10.0, factor=2.0, cap=300.0, jitter=0.0)
 
 
 def _sans(addresses: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -298,7 +301,7 @@ class ServingCertManager:
                     failures = 0
                 except (CsrError, ApiError) as exc:
                     failures += 1
-                    delay = min(300.0, 5.0 * 2 ** min(failures, 6))
+                    delay = RETRY_BACKOFF.delay(failures)
                     log.warning("kubelet TLS: %s; retry in %.0fs", exc, delay)
                     await self._sleep(delay)
                     continue

@@ -38,7 +38,6 @@ from typing import Any, TypeVar
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.inputs import InputsGate
-from gateway.kube.backoff import Backoff
 from gateway.kube.client import NO_RETRY, KubeClient
 from gateway.kube.errors import (
     ApiError,
@@ -56,6 +55,7 @@ from gateway.node import spec
 from gateway.node.health import BackendHealth, with_timeout
 from gateway.node.lease import LeaseKeeper
 from translators.base import Capacity, NodeInfo, Translator
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.kubetypes import Node, as_node
 

@@ -19,9 +19,9 @@ import logging
 import random
 from typing import Any
 
-from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Conflict, NotFound
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.node.lease")

@@ -32,7 +32,6 @@ from typing import Any
 
 from gateway.config import Settings
 from gateway.inputs import Input, InputsGate
-from gateway.kube.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError
 from gateway.kube.events import EventRecorder
@@ -51,6 +50,7 @@ from translators.base import (
     TranslatorError,
     WorkloadState,
 )
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339

@@ -12,8 +12,9 @@ and two workers can never act on the same pod at once.  Rules (docs/design/kubel
   handed to a second worker.
 * **Per-key backoff.**  ``retry(key)`` re-adds after ``min(cap, base·2^(n-1))`` (jittered,
   ``Retry-After`` honoured), n = consecutive failures of that key; ``forget(key)`` resets n.
-* **Global rate limit** on *retries only* (a token bucket): a burst of failing pods cannot hammer
-  the backend, while first attempts of new pods are never throttled (Go VK's mistake).
+* **Global rate limit** on *retries only* (``vkgate_core.ratelimit.TokenBucket``): a burst of
+  failing pods cannot hammer the backend, while first attempts of new pods are never throttled
+  (Go VK's mistake).
 
 Keys are any hashable values (the queue is generic in its key type); the pod controller uses
 ``gateway.pods.keys``: ``PodKey`` (``ns/name``) for syncs and ``GoneKey`` for the cleanup of a
@@ -30,28 +31,9 @@ import random
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from gateway.kube.backoff import Backoff
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import Clock, SystemClock
-
-
-class RetryLimiter:
-    """Token bucket for retries: ``reserve()`` returns how long the caller must wait."""
-
-    def __init__(self, qps: float, burst: int, *, clock: Clock) -> None:
-        self.qps = qps
-        self.burst = max(1, burst)
-        self._clock = clock
-        self._tokens = float(self.burst)
-        self._last = clock.monotonic()
-
-    def reserve(self) -> float:
-        if self.qps <= 0:
-            return 0.0
-        now = self._clock.monotonic()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-        self._last = now
-        self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+from vkgate_core.ratelimit import TokenBucket
 
 
 class ShutDown(Exception):
@@ -73,7 +55,7 @@ class WorkQueue(Generic[K]):
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.backoff = backoff or Backoff(base=0.5, cap=60.0, jitter=0.1, jitter_up=True)
-        self.limiter = RetryLimiter(retry_qps, retry_burst, clock=self.clock)
+        self.limiter = TokenBucket(retry_qps, retry_burst, clock=self.clock)
         self._rng = rng or random.Random()
         self._due: dict[K, float] = {}  # queued key -> due (monotonic)
         self._heap: list[tuple[float, int, K]] = []  # may hold stale entries

@@ -38,7 +38,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gateway.kube.backoff import Backoff
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import Clock
 
 #: Backstop retry delays of a pod that failed to translate, while the templates do not change.

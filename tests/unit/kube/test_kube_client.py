@@ -21,12 +21,12 @@ from gateway.kube.client import (
     KubeClient,
     KubeConfig,
     RetryPolicy,
-    TokenBucket,
     load_config,
     resource_of,
 )
 from tests.kube_loopback import StartApi
 from vkgate_core.clock import FakeClock
+from vkgate_core.ratelimit import TokenBucket
 
 Handler = Callable[[httpx.Request], Any]
 MakeClient = Callable[..., Awaitable[KubeClient]]
@@ -187,32 +187,6 @@ def test_retry_after_is_capped():
     policy = RetryPolicy(max_retry_after=30.0)
     assert policy.wait(0, 3600.0, random.Random(0)) == 30.0
     assert policy.wait(len(policy.delays), 3600.0, random.Random(0)) is None
-
-
-async def test_token_bucket_allows_burst_then_paces_at_qps():
-    clock = SleepRecorder()
-    bucket = TokenBucket(qps=10, burst=5, clock=clock)
-    for _ in range(5):
-        await bucket.acquire()
-    assert clock.slept == []
-    for _ in range(3):
-        await bucket.acquire()
-    assert clock.slept == pytest.approx([0.1, 0.1, 0.1])
-
-
-async def test_token_bucket_refills_over_time():
-    clock = FakeClock()
-    bucket = TokenBucket(qps=2, burst=2, clock=clock)
-    await bucket.acquire()
-    await bucket.acquire()
-    await clock.advance(1.0)  # two tokens back
-    await asyncio.wait_for(bucket.acquire(), 0.5)
-    await asyncio.wait_for(bucket.acquire(), 0.5)
-    blocked = asyncio.create_task(bucket.acquire())
-    await asyncio.sleep(0)
-    assert not blocked.done()
-    await clock.advance(0.5)
-    await asyncio.wait_for(blocked, 0.5)
 
 
 async def test_client_applies_rate_limit(client: MakeClient):

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from node_fakes import FakeApi, advance
 
-from gateway.kube.backoff import Backoff
+from vkgate_core.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict
 from gateway.node.lease import LeaseKeeper, micro_time

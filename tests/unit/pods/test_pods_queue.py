@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gateway.kube.backoff import Backoff
+from vkgate_core.backoff import Backoff
 from gateway.pods.queue import ShutDown, WorkQueue
 from vkgate_core.clock import FakeClock
 
@@ -185,7 +185,7 @@ async def test_shutdown_releases_getters() -> None:
 
 
 def test_the_one_backoff_jitters_down_by_default_and_up_as_a_floor() -> None:
-    """gateway.kube.backoff.Backoff: down (cap a hard bound) for reconnect loops; up (base a
+    """vkgate_core.backoff.Backoff: down (cap a hard bound) for reconnect loops; up (base a
     floor, cap still a bound) for the work queue and the translation backstop."""
     down = Backoff(base=10, cap=40, jitter=0.5)
     up = Backoff(base=10, cap=40, jitter=0.5, jitter_up=True)

@@ -6,8 +6,12 @@ jitter only shortens a delay, so ``cap`` is a hard upper bound and many agents t
 the same moment (API server restart) spread their retries instead of stampeding.  With
 ``jitter_up`` the factor is in ``[1, 1 + jitter]`` (still never above ``cap``): then ``base`` is
 a floor, for the pod work queue and the translation backstop ("never two renders in a minute",
-gateway/pods/translation.py).  The one backoff calculator of the gateway; the HTTP retry
-layer's waits are ``vkgate_core.retry.RetryPolicy`` (docs/design/retry.md).
+gateway/pods/translation.py).  ``jitter=0`` gives the plain doubling (the kubelet's serving
+certificate requests, gateway/kubelet/csr.py).
+
+The one backoff calculator of vkgate's reconnect and resync loops (the Reflector, the node
+Lease and start-up, the pod work queue, the backstop, CSR retries); the HTTP retry layer's
+waits are steps, ``vkgate_core.retry.RetryPolicy`` (docs/design/retry.md).
 """
 
 from __future__ import annotations
