@@ -177,3 +177,32 @@ def test_nothing_in_the_gateway_names_a_backend() -> None:
                 if text == kind or text.startswith(f"{kind}/") or f"[{kind}]" in text:
                     found.append(f"{path.relative_to(ROOT)}: {text!r}")
     assert found == []
+
+
+def _vkgate_imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """(module, names) of every import of a vkgate package in one file."""
+    ours = ("gateway", "translators", "templates", "vkgate_core")
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, ()) for a in node.names if a.name.split(".")[0] in ours]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] in ours:
+                found.append((node.module, tuple(a.name for a in node.names)))
+    return found
+
+
+def test_the_acme_plugin_imports_vkgate_only_through_the_public_api() -> None:
+    """A plugin needs one vkgate module, ``translators.api`` (docs/backend-authors.md), and
+    only the names it publishes."""
+    from translators import api
+
+    package = ROOT / "tests" / "plugins" / "vkgate-acme" / "vkgate_acme"
+    imports = [
+        (path.relative_to(ROOT), module, names)
+        for path in sorted(package.rglob("*.py"))
+        for module, names in _vkgate_imports(path)
+    ]
+    assert imports, "the acme plugin imports nothing from vkgate: the test looks at the wrong files"
+    assert [i for i in imports if i[1] != "translators.api"] == []
+    assert [n for *_, names in imports for n in names if n not in api.__all__] == []

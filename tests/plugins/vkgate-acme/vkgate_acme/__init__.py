@@ -1,7 +1,7 @@
 """The ``acme`` backend: a third-party vkgate backend in its own distribution.
 
-It uses only vkgate's public seam — ``translators.plugins.BackendSpec``, the ``translators.base``
-data types, the shared settings coercer and the template renderer — and ships its own
+It imports one vkgate module, the public backend API ``translators.api`` (the spec, the data
+types, the settings coercer, the template renderer; docs/backend-authors.md), and ships its own
 templates and output schema.  Workloads run in memory (the lifecycle of vkgate's simulated
 backend, reused through subclassing); what ``create`` submitted is written to
 ``<record_dir>/<pod uid>.json`` so tests can compare it with ``vkgate render``.
@@ -14,18 +14,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from translators.base import (
+from translators.api import (
     JSON,
+    BackendSpec,
     Features,
+    Renderer,
     ResolvedPod,
+    Setting,
+    SimulatedTranslator,
     Translator,
     TranslatorContext,
     WorkloadState,
+    coerce,
+    pod_context,
+    report,
+    unknown_keys,
 )
-from translators.plugins import BackendSpec
-from translators.rendering import Renderer, pod_context
-from translators.simulated import SimulatedTranslator
-from vkgate_core.settings import Setting, coerce, report, unknown_keys
 
 KIND = "acme"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
