@@ -40,8 +40,9 @@ real ``nomad agent -dev``:
   zero-fills the rest); a zero memory figure for a running task is never real either.  Unknown
   stays None — never a fake zero (docs/design/kubelet-contract.md, "Resource metrics").
 * Nomad clients before 1.7 count their own executor in a raw_exec task's process-based stats:
-  the executor enters the task's cgroup before it starts the task (``drivers/shared/executor``
-  in 1.6), so the task's ``Pids`` hold it too, ~85 MB of RSS that is not the container's
+  the executor enters the task's cgroup before it starts the task (without cgroups it scans
+  the process tree from itself; ``drivers/shared/executor`` in 1.6), so the task's ``Pids``
+  hold it too, ~85 MB of RSS that is not the container's
   (observed on 1.6.3, docs/design/nomad.md "Nomad versions: 1.6.3 and 1.11.3").  For a client
   whose ``Version`` (from the node list) is below 1.7, a task with process-based memory and at
   least two pids has the lowest pid's figures — the executor, which started the task —
