@@ -560,8 +560,9 @@ class SimulatedTranslator:
         )
 
     # -- LogReader options and Executor (kubelet helper) ----------------------------------
-    # Logs honour tailLines, sinceTime, timestamps, limitBytes and follow (follow ends when the
-    # container has terminated or the workload is gone).  Exec runs the command as a LOCAL
+    # Logs honour tailLines, sinceTime, timestamps, limitBytes, stream (a simulated container
+    # writes only to stdout) and follow (follow ends when the container has terminated or the
+    # workload is gone).  Exec runs the command as a LOCAL
     # subprocess, and only with ``exec_local = true`` in [backend.simulated] (tests): a
     # benchmark backend must never run arbitrary commands on the gateway's host.
 
@@ -573,7 +574,7 @@ class SimulatedTranslator:
         lines = [
             line
             for chunk in (_log_chunks(rec) if rec else [])
-            if chunk.startswith(container.encode() + b":")
+            if chunk.startswith(container.encode() + b":") and options.stream != "Stderr"
             for line in chunk.splitlines(keepends=True)
         ]
         if options.since is not None and options.since > created:

@@ -42,6 +42,8 @@ def split_timestamp(line: str) -> tuple[tuple[_dt.datetime, int] | None, str]:
 
 
 def query(options: LogOptions, *, timestamps: bool, since: int | None = None) -> dict[str, Any]:
+    """Zun's log parameters for ``options``; ``since`` is a follow poll's resume point (then
+    every line after it: no tail)."""
     if options.previous:
         raise BackendRejected(
             "previous terminated container logs are not available from Zun", status=400
@@ -51,13 +53,14 @@ def query(options: LogOptions, *, timestamps: bool, since: int | None = None) ->
         "stderr": "True" if options.stream in ("All", "Stderr") else "False",
         "timestamps": "True" if timestamps else "False",
     }
-    if since is None and options.since is not None:
-        since = int(options.since.timestamp())
     if since is not None:
         params["since"] = since
-    elif options.tail_lines is not None:
+        return params
+    if options.since is not None:
+        params["since"] = int(options.since.timestamp())
+    if options.tail_lines is not None:  # with since too: the last N lines of those since
         params["tail"] = max(0, options.tail_lines)
-    else:
+    elif options.since is None:
         params["tail"] = "all"
     return params
 

@@ -321,3 +321,11 @@ def test_log_options_map_to_zun_query_parameters() -> None:
     }
     assert query(LogOptions(since=since), timestamps=True)["since"] == int(since.timestamp())
     assert query(LogOptions(), timestamps=False)["tail"] == "all"
+
+
+def test_since_and_tail_lines_apply_together_but_a_follow_poll_takes_no_tail() -> None:
+    since = _dt.datetime(2026, 3, 1, 10, 0, 0, tzinfo=_dt.UTC)
+    both = query(LogOptions(since=since, tail_lines=2), timestamps=False)
+    assert (both["since"], both["tail"]) == (int(since.timestamp()), 2)
+    poll = query(LogOptions(since=since, tail_lines=2), timestamps=True, since=1234)
+    assert poll["since"] == 1234 and "tail" not in poll
