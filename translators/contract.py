@@ -13,9 +13,10 @@ A harness gives the checks a live translator on a backend it controls, pods that
 run, and a way to let the backend's time pass.  What a backend lacks is *declared*, never
 guessed: its capability Protocols (``capabilities``), whether a restarted translator finds its
 workloads (``survives_restart``), whether several nodes share the backend
-(``shared_by_nodes``), whether its requests can be counted or it can be made unreachable.  A check that
-needs what the harness declares absent raises ``NotApplicable``; ``capabilities_are_declared``
-checks that the declaration matches what the translator implements.
+(``shared_by_nodes``), whether its requests can be counted or it can be made unreachable.  A
+check that needs what the harness declares absent raises ``NotApplicable``; the declarations
+themselves are checked (``capabilities_are_declared``,
+``a_restarted_translator_finds_the_workloads_as_declared``).
 
 No test framework is imported here: a runner turns ``NotApplicable`` into a skip
 (tests/contract/common/test_translator_contract.py does, with pytest).
@@ -23,6 +24,8 @@ No test framework is imported here: a runner turns ``NotApplicable`` into a skip
 
 from __future__ import annotations
 
+import datetime as _dt
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -32,6 +35,7 @@ from translators.base import (
     Attacher,
     BackendError,
     BackendNotFound,
+    BackendRejected,
     Capacity,
     Executor,
     LogOptions,
@@ -144,13 +148,24 @@ async def _state_of(t: Translator, uid: str) -> WorkloadState | None:
 
 
 async def _running(h: BackendHarness, t: Translator, name: str) -> ResolvedPod:
-    """A pod whose workload the backend reports Running."""
+    """A pod whose workload the backend reports Running (and so placed, its container
+    running since a known time)."""
     pod = h.pod(name, outcome="run")
     await t.create(pod)
     for _ in range(ROUNDS):
         await h.settle()
         st = await _state_of(t, pod.uid)
         if st is not None and st.phase is Phase.RUNNING:
+            _expect(st.placed, f"a Running workload is placed: {st}")
+            _expect(
+                [(c.name, c.state) for c in st.containers]
+                == [(c.name, "running") for c in pod.containers],
+                f"a Running workload reports the pod's containers running: {st.containers}",
+            )
+            _expect(
+                all(c.started_at is not None for c in st.containers),
+                f"a running container says since when: {st.containers}",
+            )
             return pod
     raise AssertionError(f"the harness's pod {name!r} never ran (last state: {st})")
 
@@ -278,6 +293,7 @@ async def create_returns_the_pods_workload(h: BackendHarness) -> None:
     _expect(isinstance(st, WorkloadState), "create returns a WorkloadState")
     _expect(st.ref == pod.ref, f"the state is the pod's: {st.ref} != {pod.ref}")
     _expect(bool(st.backend_id), "the state names its backend workload (backend_id)")
+    _expect(st.node_name in ("", h.node_name), f"the workload claims node {st.node_name!r}")
     _expect(h.workloads(pod.uid) == 1, f"one backend workload: {h.workloads(pod.uid)}")
 
 
@@ -400,6 +416,13 @@ async def finished_workloads_report_their_outcome(h: BackendHarness) -> None:
     bad = await _finished(h, t, h.pod("bad", outcome="fail"))
     _expect(ok.phase is Phase.SUCCEEDED, f"exit 0 is Succeeded: {ok.phase}")
     _expect(bad.phase is Phase.FAILED, f"exit != 0 is Failed: {bad.phase}")
+    names = [c.name for c in h.pod("names").containers]
+    for st in (ok, bad):
+        _expect([c.name for c in st.containers] == names, f"the pod's containers: {st}")
+        _expect(
+            all(c.finished_at is not None for c in st.containers),
+            f"a terminated container says when it ended: {st.containers}",
+        )
     (c_ok,), (c_bad,) = ok.containers, bad.containers
     _expect((c_ok.state, c_ok.exit_code) == ("terminated", 0), f"exit 0 reported: {c_ok}")
     _expect(
@@ -467,6 +490,16 @@ async def delete_returns_the_final_state_or_none(h: BackendHarness) -> None:
 
 
 @check
+async def a_restarted_translator_deletes_by_the_pod_ref_alone(h: BackendHarness) -> None:
+    """``PodRef``: the pod's identity is "all a delete/logs/exec needs" — a translator that
+    has not listed yet (a gateway that just restarted) still finds the workload."""
+    if not h.survives_restart:
+        raise NotApplicable(f"an {h.kind} translator is its own backend: nothing to find")
+    pod = await _running(h, await h.translator(), "adopted")
+    await _delete_and_wait(h, await h.translator(), pod, grace=30)
+
+
+@check
 async def delete_of_a_finished_workload(h: BackendHarness) -> None:
     t = await h.translator()
     pod = h.pod("finished", outcome="succeed")
@@ -510,3 +543,69 @@ async def logs_of_an_unknown_pod_or_container_are_not_found(h: BackendHarness) -
         except BackendNotFound:
             continue
         raise AssertionError(f"logs of {ref.key}/{container} raise BackendNotFound")
+
+
+#: A log line with ``timestamps``: an RFC 3339 time, one space, the line.
+STAMPED = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d) ")
+LONG_AGO = _dt.datetime(2000, 1, 1, tzinfo=_dt.UTC)
+FAR_AHEAD = _dt.datetime(2200, 1, 1, tzinfo=_dt.UTC)
+
+
+def _lines(out: bytes) -> list[bytes]:
+    return [line for line in out.split(b"\n") if line]
+
+
+@check
+async def logs_honour_their_options_or_refuse_them(h: BackendHarness) -> None:
+    """LogReader: an option the backend cannot honour raises ``BackendRejected`` — it is
+    never silently ignored (``kubectl logs --tail 1`` must not print the whole log).  The
+    harness's container wrote ``log_text`` to stdout, nothing to stderr."""
+    t = await h.translator()
+    reader = _logs(h, t)
+    pod = h.pod("options", outcome="succeed")
+    await _finished(h, t, pod)
+    text = h.log_text
+    cases: list[tuple[LogOptions, Callable[[bytes], bool], str]] = [
+        (LogOptions(tail_lines=0), lambda out: out == b"", "tail_lines=0: no lines"),
+        (LogOptions(tail_lines=1), lambda out: len(_lines(out)) <= 1, "tail_lines=1: one line"),
+        (LogOptions(limit_bytes=4), lambda out: 0 < len(out) <= 4, "limit_bytes=4: 1-4 bytes"),
+        (
+            LogOptions(timestamps=True),
+            lambda out: text in out and all(STAMPED.match(x) for x in _lines(out)),
+            "timestamps: every line starts with its RFC 3339 time",
+        ),
+        (LogOptions(since=LONG_AGO), lambda out: text in out, "since long ago: every line"),
+        (LogOptions(since=FAR_AHEAD), lambda out: text not in out, "since a future time: none"),
+        (
+            LogOptions(since=LONG_AGO, tail_lines=0),
+            lambda out: out == b"",
+            "since and tail_lines together: both apply",
+        ),
+        (LogOptions(stream="Stdout"), lambda out: text in out, "stream Stdout: stdout"),
+        (LogOptions(stream="Stderr"), lambda out: text not in out, "stream Stderr: not stdout"),
+    ]
+    failed = []
+    for options, honoured, what in cases:
+        try:
+            out = await _drain(reader.logs(pod.ref, pod.containers[0].name, options))
+        except BackendRejected:
+            continue  # refused: the user is told
+        if not honoured(out):
+            failed.append(f"{what} (got {out[:120]!r})")
+    _expect(not failed, "options honoured or refused with BackendRejected: " + "; ".join(failed))
+
+
+@check
+async def exec_into_a_pod_without_workload_is_not_found(h: BackendHarness) -> None:
+    """The kubelet API answers 404 for ``BackendNotFound`` (gateway/kubelet/routes.py,
+    ``backend_http_error``): an Executor says so for a pod it has no workload of."""
+    if "exec" not in h.capabilities:
+        raise NotApplicable(f"the {h.kind} backend declares no exec")
+    t = await h.translator()
+    assert isinstance(t, Executor)
+    try:
+        session = await t.exec(_stranger(), "app", ["true"], tty=False, stdin=False)
+    except BackendNotFound:
+        return
+    await session.cancel()
+    raise AssertionError("exec into a pod the backend has no workload of raises BackendNotFound")

@@ -186,9 +186,13 @@ def _vkgate_imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(a.name, ()) for a in node.names if a.name.split(".")[0] in ours]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.split(".")[0] in ours:
-                found.append((node.module, tuple(a.name for a in node.names)))
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] in ours
+        ):
+            found.append((node.module, tuple(a.name for a in node.names)))
     return found
 
 

@@ -53,6 +53,17 @@ def test_each_test_directory_runs_in_exactly_one_default_tier() -> None:
         assert re.search(rf"pytest -q {unit} tests/golden/{backend} tests/contract/{backend}", text)
 
 
+def test_the_one_contract_suite_runs_each_backend_in_exactly_one_default_tier() -> None:
+    """tests/contract/common is parametrised by backend: each backend's tier runs its own part
+    (``-k <kind>``), the unit tier the rest (the in-memory backends)."""
+    text = (ROOT / "tox.ini").read_text()
+    backends = ("nomad", "zun", "batch")
+    for backend in backends:
+        assert f"\n    pytest -q tests/contract/common -k {backend} {{posargs}}\n" in text
+    rest = " and ".join(f"not {b}" for b in backends)
+    assert f'unit: pytest -q tests/contract/common -k "{rest}" {{posargs}}' in text
+
+
 def test_kubelet_address_default_is_what_docs_say() -> None:
     assert KubeletSettings().address == "0.0.0.0"
     row = next(

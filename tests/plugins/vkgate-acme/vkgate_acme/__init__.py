@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ class AcmeTranslator(SimulatedTranslator):
     features = FEATURES
 
     def __init__(self, ctx: TranslatorContext) -> None:
-        super().__init__(TranslatorContext(node_name=ctx.node_name, settings={}))
+        super().__init__(replace(ctx, settings={}))  # its node and clock; no simulated settings
         self.body = AcmeRenderer(ctx)
         self.record_dir = (
             Path(self.body.values["record_dir"]) if self.body.values["record_dir"] else None
