@@ -36,7 +36,10 @@ What it writes (existing files are overwritten; review with ``git diff``):
 ``metrics-1.6.3/<name>.nomad.json``
     Allocation stats samples in the shape of ``metrics/`` (raw_exec and docker).
 
-Prints how long each phase took.
+Prints how long each phase took.  Measured on 2 shared cores with both drivers: ~75 s in all
+(agent and dockerd 2 s, event streams 31 s — each waits for a heartbeat, ~10 s apart —, states
+6 s, API 19 s, literal 14 s).  ``--only states,api`` (etc.) runs some phases; a phase reads only
+what it captures itself, except that ``api`` needs no state.
 """
 
 from __future__ import annotations
