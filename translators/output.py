@@ -48,19 +48,22 @@ class _BoundedLoader(yaml.SafeLoader):
             self._level -= 1
 
 
-def parse_output(template: str, text: str, *, max_size: int, max_depth: int) -> Any:
+def parse_output(
+    template: str, text: str, *, max_size: int, max_depth: int, max_nodes: int | None = None
+) -> Any:
     """JSON (or YAML for ``*.yaml.j2``/``*.yml.j2``) → data no larger than ``max_size``
-    characters once expanded and no deeper than ``max_depth``; errors name the output line."""
+    characters once expanded, no deeper than ``max_depth`` and of at most ``max_nodes`` values
+    (objects, lists and scalars as parsed: an alias is one); errors name the output line."""
     try:
         if template.endswith((".yaml.j2", ".yml.j2")):
             value = _load_yaml(template, text, max_depth)
         else:
             value = _load_json(template, text)
-        measure(value, max_size=max_size, max_depth=max_depth)
+        measure(value, max_size=max_size, max_depth=max_depth, max_nodes=max_nodes)
     except RecursionError:
         raise TranslationError(_MESSAGES["depth"].format(max_depth), template=template) from None
     except _TooBig as exc:
-        bound = max_size if exc.reason == "size" else max_depth
+        bound = {"size": max_size, "depth": max_depth, "nodes": max_nodes}.get(exc.reason)
         raise TranslationError(_MESSAGES[exc.reason].format(bound), template=template) from None
     return value
 
@@ -69,6 +72,7 @@ _MESSAGES = {
     "size": "output expands to more than {} characters (YAML aliases?)",
     "depth": "output nests deeper than {} levels",
     "cycle": "output refers to itself (a YAML alias inside its own anchor)",
+    "nodes": "output has more than {} values (objects, lists and scalars)",
 }
 
 
@@ -97,15 +101,23 @@ def _load_json(template: str, text: str) -> Any:
         ) from exc
 
 
-def measure(value: Any, *, max_size: int, max_depth: int) -> tuple[int, int]:
+def measure(
+    value: Any, *, max_size: int, max_depth: int, max_nodes: int | None = None
+) -> tuple[int, int]:
     """(expanded size, depth) of ``value``: size approximates the length of its JSON text,
     depth counts nested containers (a scalar is 0).  Raises ``_TooBig`` as soon as a bound is
     exceeded or an object contains itself.  Shared objects are measured once, so the cost is
-    linear in the *parsed* graph, not in its expansion."""
+    linear in the *parsed* graph, not in its expansion; ``max_nodes`` bounds that graph (what
+    holding the spec costs: ``[{}, {}, …]`` is 3 characters per object)."""
     memo: dict[int, tuple[int, int]] = {}
     active: set[int] = set()
+    nodes = 0
 
     def walk(node: Any, level: int) -> tuple[int, int]:
+        nonlocal nodes
+        nodes += 1
+        if max_nodes is not None and nodes > max_nodes:
+            raise _TooBig("nodes")
         if isinstance(node, dict | list):
             key = id(node)
             if key in memo:

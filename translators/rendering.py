@@ -412,7 +412,11 @@ class Renderer:
         try:
             spec = run_limited(
                 lambda: parse_output(
-                    template, text, max_size=limits.max_output, max_depth=limits.max_depth
+                    template,
+                    text,
+                    max_size=limits.max_output,
+                    max_depth=limits.max_depth,
+                    max_nodes=limits.max_nodes,
                 ),
                 limits,
             )

@@ -11,16 +11,24 @@ module adds those bounds, in layers:
    captures; ``range``; ``str.format``/``format_map``; str methods with a width
    (``center``/``ljust``/``rjust``/``zfill``/``expandtabs``/``replace``/``join``) and the
    builtin filters of the same kind (``center``, ``indent``, ``batch``, ``slice``, ``replace``,
-   ``join``, ``format``, ``wordwrap``, ``sum``).  A single string/list may not exceed
+   ``join``, ``format``, ``wordwrap``, ``sum``); the methods that grow a list or dict in place
+   (``append``, ``extend``, ``update``…).  A single string/list may not exceed
    ``max_value`` characters/items, an integer ``max_int_bits`` bits, a range ``max_range``.
+   **Text made from a value** is measured before it is made (``translators.textsize``):
+   ``{{ value }}``, ``~``, ``%``, ``format``, ``join``, ``tojson`` and every filter that turns
+   a list or mapping into text (``string``, ``pprint``, ``upper``, ``shquote``…).  Ten
+   ``{% set a = [a, a, a, a] %}`` over one 1,000-character string are eleven small lists
+   whose text is 4 GB; without the measure ``a|tojson`` allocated it inside one C call.
 2. **A per-render allocation budget**: every string/list those operations and all filters build
    is charged; past ``budget`` the render stops.  This bounds memory even for a loop that keeps
    building fresh strings.
 3. **Output size**: rendering streams and stops past ``max_output`` characters.
 4. **Wall time**: every guarded operation checks the deadline; a pure loop that calls nothing
    is stopped by a watchdog that raises an exception inside the render thread
-   (``PyThreadState_SetAsyncExc``) at the deadline.  A thread stuck inside one C call (none is
-   reachable past the caps above) would be abandoned, not joined.
+   (``PyThreadState_SetAsyncExc``) at the deadline.  A thread stuck inside one C call that
+   holds the GIL — hashing or comparing a graph of shared tuples, ``{(t, t): 1}`` thirty
+   levels deep, is hours of CPU in one call — cannot be stopped from inside the process: that
+   is what the render worker (``translators.renderpool``) is for.
 
 Every limit raises ``LimitExceeded``; the renderer turns it into a ``TranslationError`` naming
 the template line.  The defaults are in ``RenderLimits`` and documented in templates/README.md.
@@ -44,6 +52,8 @@ import jinja2
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
 
+from translators.textsize import json_size, str_size
+
 T = TypeVar("T")
 
 
@@ -57,6 +67,8 @@ class RenderLimits:
     max_output: int = 4 * 2**20
     #: Nesting depth of the parsed output (lists and objects).
     max_depth: int = 64
+    #: Values (objects, lists, scalars) of the parsed output: what the agent holds per spec.
+    max_nodes: int = 200_000
     #: Characters/items of any single string or list a template builds.
     max_value: int = 4 * 2**20
     #: Characters/items all guarded operations of one render may build in total.
@@ -98,6 +110,7 @@ class _Guard:
 
 
 _GUARD: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("vkgate_guard", default=None)
+_DEFAULT = RenderLimits()
 
 
 def _size(value: Any) -> int:
@@ -118,6 +131,10 @@ class LimitedSandbox(SandboxedEnvironment):
         self.globals.pop("lipsum", None)
         self.filters.pop("random", None)
         self.template_class = _GuardedTemplate
+        #: Every ``{{ … }}`` passes through ``finalize`` before ``str()``.
+        self.finalize = self._finalize
+        #: Called with (template name, Jinja's line map) as each template is compiled.
+        self.on_compiled: Callable[[str, str], None] | None = None
 
     # -- accounting -------------------------------------------------------------------
 
@@ -125,8 +142,9 @@ class LimitedSandbox(SandboxedEnvironment):
         guard = _GUARD.get()
         limits = guard.limits if guard is not None else self.limits
         if size > limits.max_value:
+            shown = f"more than {size - 1}" if size == 64 * limits.max_value + 1 else size
             raise LimitExceeded(
-                f"{what} would build {size} characters/items (max {limits.max_value})"
+                f"{what} would build {shown} characters/items (max {limits.max_value})"
             )
         if guard is not None:
             guard.tick()
@@ -143,6 +161,21 @@ class LimitedSandbox(SandboxedEnvironment):
                 guard.charge(size)
             guard.tick()
         return value
+
+    def check_text(self, value: Any, what: str) -> None:
+        """Refuse to turn ``value`` into text (``str()``) when the text would be longer than
+        ``max_value``: measured without building it (``translators.textsize``)."""
+        if not _is_plain(value):
+            self.check_size(_text_len(value), what)
+
+    def _finalize(self, value: Any) -> Any:
+        self.check_text(value, "printing a value")
+        return value
+
+    def charge_items(self, size: int) -> None:
+        guard = _GUARD.get()
+        if guard is not None:
+            guard.charge(size)
 
     def _check_bits(self, bits: int, what: str) -> None:
         limit = (_GUARD.get() or self).limits.max_int_bits
@@ -187,6 +220,10 @@ class LimitedSandbox(SandboxedEnvironment):
             if name == "join" and args:
                 args = (_materialize(args[0]), *args[1:])
             __self.check_size(_STR_AMPLIFIERS[name](owner, args, kwargs), f"str.{name}()")
+        elif isinstance(owner, (list, dict, set)) and name in _GROWERS:
+            added = _GROWERS[name](args, kwargs)
+            __self.check_size(len(owner) + added, f"{type(owner).__name__}.{name}()")
+            __self.charge_items(added)
         return __self.charge(super().call(__context, __obj, *args, **kwargs))
 
     def getitem(self, obj: Any, argument: Any) -> Any:
@@ -216,9 +253,9 @@ class LimitedSandbox(SandboxedEnvironment):
 
     def str_join(self, parts: Iterable[Any]) -> str:
         """The ``~`` operator."""
-        items = [str(p) for p in parts]
-        self.check_size(sum(len(p) for p in items), "'~'")
-        return self.charge("".join(items))
+        values = list(parts)
+        self.check_size(sum(_text_len(p) for p in values), "'~'")
+        return self.charge("".join(str(p) for p in values))
 
     def guard_filters(self) -> None:
         """Wrap every filter (call after adding custom ones): size pre-checks for the
@@ -237,6 +274,9 @@ class LimitedSandbox(SandboxedEnvironment):
                 args = (*args[:skip], _materialize(args[skip]), *args[skip + 1 :])
             if estimate is not None:
                 self.check_size(estimate(args[skip:], kwargs), f"filter {name}")
+            elif name not in _STRUCTURAL:
+                for value in (*args[skip:], *kwargs.values()):
+                    self.check_text(value, f"filter {name}")
             return self.charge(func(*args, **kwargs))
 
         guarded._vkgate_guarded = True  # type: ignore[attr-defined]
@@ -255,6 +295,8 @@ class _GuardedTemplate(jinja2.Template):
     ) -> jinja2.Template:
         if isinstance(environment, LimitedSandbox):
             namespace["str_join"] = environment.str_join
+            if environment.on_compiled is not None:
+                environment.on_compiled(str(namespace["name"]), str(namespace["debug_info"]))
         return super()._from_namespace(environment, namespace, globals)
 
 
@@ -275,6 +317,29 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _is_plain(value: Any) -> bool:
+    """A value whose ``str()`` is no longer than what it already holds."""
+    return isinstance(value, (str, int, float)) or value is None
+
+
+def _text_len(value: Any) -> int:
+    """Characters of ``str(value)``, measured without building it (``_measure_limit``)."""
+    if isinstance(value, str):
+        return len(value)
+    return str_size(value, limit=_measure_limit())
+
+
+def _measure_limit() -> int:
+    """Measures stop here: exact up to 64 x ``max_value`` (a message worth reading), and no
+    walk longer than that."""
+    guard = _GUARD.get()
+    return 64 * (guard.limits if guard is not None else _DEFAULT).max_value
+
+
+def _newlines(value: Any) -> int:
+    return value.count("\n") if isinstance(value, str) else _text_len(value)
+
+
 def _format_estimate(fmt: str, values: Any) -> int:
     """Upper bound of a %/format result: widths written in the format string or passed as
     ``*``/nested arguments, per field, plus the text of every value."""
@@ -288,7 +353,8 @@ def _format_estimate(fmt: str, values: Any) -> int:
     return (
         len(fmt)
         + fields * max(widest, int_args if "*" in fmt or "{" in fmt else 0)
-        + sum(len(str(v)) for v in values if _size(v) or isinstance(v, (int, float)))
+        + sum(_text_len(v) for v in values if not _is_plain(v) or _size(v) or _int(v))
+        + sum(len(repr(v)) for v in values if isinstance(v, float))
     )
 
 
@@ -296,12 +362,13 @@ def _width(args: Any, kwargs: Mapping[str, Any], i: int, key: str, default: int 
     return _int(_arg(args, kwargs, i, key, default))
 
 
-def _replace_estimate(s: str, old: Any, new: Any, count: Any) -> int:
-    old_s, new_s = str(old), str(new)
-    n = s.count(old_s) if old_s else len(s) + 1
+def _replace_estimate(s: Any, old: Any, new: Any, count: Any) -> int:
+    size = _text_len(s)
+    old_s, new_n = (old if isinstance(old, str) else ""), _text_len(new)
+    n = s.count(old_s) if isinstance(s, str) and old_s else size + 1
     if isinstance(count, int) and count >= 0:
         n = min(n, count)
-    return len(s) + n * len(new_s)
+    return size + n * new_n
 
 
 _MATERIALIZE = frozenset({"join", "sum", "batch", "slice"})
@@ -317,10 +384,11 @@ def _materialize(value: Any) -> Any:
 
 
 def _join_estimate(sep: Any, items: Any) -> int:
-    if not hasattr(items, "__len__") or not hasattr(items, "__iter__"):
-        return 0
-    parts = list(items)
-    return len(str(sep)) * max(len(parts) - 1, 0) + sum(len(str(p)) for p in parts)
+    if isinstance(items, str) or not hasattr(items, "__len__") or not hasattr(items, "__iter__"):
+        return _text_len(items) * (1 + _text_len(sep))
+    if isinstance(items, Mapping):
+        items = list(items)
+    return _text_len(sep) * max(len(items) - 1, 0) + sum(_text_len(p) for p in items)
 
 
 _STR_AMPLIFIERS: dict[str, Callable[[str, tuple[Any, ...], dict[str, Any]], int]] = {
@@ -336,10 +404,6 @@ _STR_AMPLIFIERS: dict[str, Callable[[str, tuple[Any, ...], dict[str, Any]], int]
 }
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else str(value)
-
-
 def _seq_len(value: Any) -> int:
     return len(value) if hasattr(value, "__len__") else 0
 
@@ -351,27 +415,58 @@ def _sum_estimate(a: Any, k: Mapping[str, Any]) -> int:
     return _size(start) + sum(_size(x) for x in a[0])
 
 
+def _tojson_estimate(a: Any, k: Mapping[str, Any]) -> int:
+    indent = _arg(a, k, 1, "indent", None)
+    return json_size(
+        a[0], limit=_measure_limit(), indent=indent if isinstance(indent, int) else None
+    )
+
+
 _FILTER_ESTIMATES: dict[str, Callable[[Any, Mapping[str, Any]], int]] = {
-    "center": lambda a, k: max(len(_text(a[0])), _width(a, k, 1, "width", 80)),
+    "center": lambda a, k: max(_text_len(a[0]), _width(a, k, 1, "width", 80)),
     "indent": lambda a, k: (
-        len(_text(a[0]))
-        + (_text(a[0]).count("\n") + 1)
-        * (len(w) if isinstance(w := _arg(a, k, 1, "width", 4), str) else _int(w))
+        _text_len(a[0])
+        + (_newlines(a[0]) + 1)
+        * (_text_len(w) if isinstance(w := _arg(a, k, 1, "width", 4), str) else _int(w))
     ),
     "batch": lambda a, k: _seq_len(a[0]) + _width(a, k, 1, "linecount"),
     "slice": lambda a, k: _seq_len(a[0]) + 2 * _width(a, k, 1, "slices"),
     "replace": lambda a, k: _replace_estimate(
-        _text(a[0]),
+        a[0],
         _arg(a, k, 1, "old", ""),
         _arg(a, k, 2, "new", ""),
         _arg(a, k, 3, "count", None),
     ),
     "join": lambda a, k: _join_estimate(_arg(a, k, 1, "d", ""), a[0]),
-    "format": lambda a, k: _format_estimate(_text(a[0]), list(a[1:]) + list(k.values())),
+    "format": lambda a, k: _format_estimate(
+        a[0] if isinstance(a[0], str) else "", [a[0], *a[1:], *k.values()]
+    ),
     "wordwrap": lambda a, k: (
-        len(_text(a[0])) * (1 + len(_text(_arg(a, k, 3, "wrapstring", None) or "\n")))
+        _text_len(a[0]) * (1 + _text_len(_arg(a, k, 3, "wrapstring", None) or "\n"))
     ),
     "sum": _sum_estimate,
+    "tojson": _tojson_estimate,
+}
+
+#: Filters that never turn a list or mapping argument into text (the others' arguments are
+#: measured first: ``a|string``, ``a|pprint``, ``a|upper``, ``a|shquote`` of a graph of shared
+#: references would expand it inside one C call).
+_STRUCTURAL = frozenset(
+    {
+        "abs", "attr", "batch", "count", "d", "default", "dictsort", "first", "float",
+        "groupby", "int", "items", "last", "length", "list", "map", "max", "min", "reject",
+        "rejectattr", "reverse", "round", "select", "selectattr", "slice", "sort", "unique",
+    }
+)  # fmt: skip
+
+#: Methods that grow a list, dict or set in place: (args, kwargs) → items added at most.
+_GROWERS: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], int]] = {
+    "append": lambda a, k: 1,
+    "insert": lambda a, k: 1,
+    "add": lambda a, k: 1,
+    "setdefault": lambda a, k: 1,
+    "extend": lambda a, k: sum(_seq_len(x) for x in a),
+    "update": lambda a, k: sum(_seq_len(x) for x in a) + len(k),
 }
 
 

@@ -22,6 +22,8 @@ BOMBS = {
     "nomad/deep.yaml.j2": (DEEP, "output nests deeper than 64 levels"),
     "nomad/closed.j2": ("[" * 5000 + "]" * 5000, "output nests deeper than 64 levels"),
     "nomad/cycle.yaml.j2": ("a: &a [1, *a]\n", "output refers to itself"),
+    # 900 KB of text, 300,001 objects: the agent would hold ~25 MB for one spec
+    "nomad/dense.j2": ("[" + "{}," * 300_000 + "{}]", "output has more than 200000 values"),
 }
 
 

@@ -122,6 +122,64 @@ def test_amplification_is_refused_before_the_work(source: str, match: str) -> No
     assert time.monotonic() - started < 1.0
 
 
+#: Eleven small lists that stand for 4**10 copies of a 1,000-character string (4 GB of text).
+SHARED = "{% set a = ['x' * 1000] %}" + "{% set a = [a, a, a, a] %}" * 10
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        (SHARED + "{{ a|tojson }}", r"filter tojson would build more than"),
+        (SHARED + "{{ a }}", r"printing a value would build more than"),
+        (SHARED + "{{ a ~ '' }}", r"'~' would build more than"),
+        (SHARED + "{{ [a, a]|join }}", r"filter join would build"),
+        (SHARED + "{{ ''.join([a, a]) }}", r"str.join\(\) would build"),
+        (SHARED + "{{ '%s' % (a,) }}", r"'%' formatting would build"),
+        (SHARED + "{{ '{}'.format(a) }}", r"str.format\(\) would build"),
+        (SHARED + "{{ '%s'|format(a) }}", r"filter format would build"),
+        (SHARED + "{{ a|string|length }}", r"filter string would build"),
+        (SHARED + "{{ a|pprint|length }}", r"filter pprint would build"),
+        (SHARED + "{{ a|shquote|length }}", r"filter shquote would build"),
+        (SHARED + "{{ [a]|map('upper')|list|length }}", r"filter upper would build"),
+        (SHARED + "{{ {'k': a}.items() }}", r"printing a value would build"),
+        (SHARED + "{{ {'k': a}|urlencode }}", r"filter urlencode would build"),
+        (
+            "{% set ns = namespace(a=['x' * 1000]) %}"
+            + "{% set ns.a = [ns.a, ns.a, ns.a, ns.a] %}" * 10
+            + "{{ ns }}",
+            r"printing a value would build",
+        ),
+        ("{{ ('\x01' * 1000000)|tojson }}", r"filter tojson would build 6000002 "),
+        ("{{ ['x']|tojson(indent=999999999) }}", r"filter tojson would build"),
+        (
+            "{% set a = ['x'] %}{% for i in range(40) %}{{ a.extend(a) or '' }}{% endfor %}",
+            r"list.extend\(\) would build 8388608",
+        ),
+    ],
+)
+def test_expanding_shared_references_is_refused_before_the_work(source: str, match: str) -> None:
+    """A graph of shared references is small; its text is not.  Every producer of text
+    measures first (translators/textsize.py) and refuses past ``max_value``."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    fails(source, match)
+    assert time.monotonic() - started < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB
+
+
+def test_values_under_the_bound_print_as_before() -> None:
+    out = render(
+        "{% set a = ['x'] %}{% set a = [a, a] %}{{ a }} {{ a|tojson }} {{ a ~ '' }} "
+        "{{ {'k': a}.items() }} {{ a|string|length }} {{ '%s' % (a,) }}"
+    )
+    assert out == (
+        "[['x'], ['x']] [[\"x\"], [\"x\"]] [['x'], ['x']] "
+        "dict_items([('k', [['x'], ['x']])]) 14 [['x'], ['x']]"
+    )
+
+
 def test_allocation_budget_bounds_a_loop_of_fresh_strings() -> None:
     source = (
         "{% set ns = namespace(l=[]) %}"
