@@ -41,7 +41,7 @@ from gateway.pods.teams import NamespaceTeams
 from translators import plugins
 from translators.base import Translator, TranslatorContext
 from translators.rendering import Renderer
-from vkgate_core.clock import Clock
+from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.settings import SettingsError
 
 if TYPE_CHECKING:
@@ -58,8 +58,11 @@ class Component(Protocol):
     async def stop(self) -> None: ...
 
 
-def load_translator(settings: Settings, *, renderer: Any = None) -> Translator:
-    """Build the configured backend through its spec (only that backend is imported)."""
+def load_translator(
+    settings: Settings, *, renderer: Any = None, clock: Clock | None = None
+) -> Translator:
+    """Build the configured backend through its spec (only that backend is imported); it
+    takes its time from ``clock`` (the agent's)."""
     kind = settings.backend.kind
     try:
         spec = plugins.load(kind)
@@ -73,6 +76,7 @@ def load_translator(settings: Settings, *, renderer: Any = None) -> Translator:
         renderer=renderer
         if renderer is not None
         else renderer_from_settings(settings.templates, kinds=[kind]),
+        clock=clock if clock is not None else SystemClock(),
     )
     try:
         return spec.factory(ctx)
@@ -106,7 +110,7 @@ class NodeUnit:
         self.name = settings.node.name
         self.kube = kube
         self.clock = clock
-        self.translator = translator or load_translator(settings, renderer=renderer)
+        self.translator = translator or load_translator(settings, renderer=renderer, clock=clock)
         #: Own metrics (prometheus_client; gateway.metrics); controllers get the backend
         #: through ``backend``, which counts and times every call.
         self.metrics = Metrics(backend=settings.backend.kind, process=process_metrics)

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339
 
@@ -554,3 +555,6 @@ class TranslatorContext:
     #: Template renderer (``translators.rendering.Renderer``); typed loosely to keep this
     #: module dependency-free.
     renderer: Any = None
+    #: The backend's time: every sleep, poll, deadline and timestamp of a translator goes
+    #: through it, so tests hand every backend the same fake clock the same way.
+    clock: Clock = field(default_factory=SystemClock)

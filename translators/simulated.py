@@ -1,8 +1,9 @@
 """The ``simulated`` backend: the test double for the core and the benchmark backend.
 
 It runs nothing.  A workload is a record (pod ref, creation time, behaviour read from
-annotations) and its state is a pure function of the clock, so tests with a fake clock are
-exact and a benchmark measures vkgate, not a backend.
+annotations) and its state is a pure function of the clock (``TranslatorContext.clock``, as for
+every backend), so tests with a fake clock are exact and a benchmark measures vkgate, not a
+backend.
 
 Behaviour per pod (annotations):
 
@@ -45,8 +46,7 @@ import json
 import math
 import os
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from translators.base import (
 )
 from translators.plugins import BackendSpec
 from translators.quantity import cpu_millis, parse_quantity
+from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.settings import Kind, Setting, SettingsError, coerce, report, unknown_keys
 
 ANN = "vkgate.io/"
@@ -151,17 +152,12 @@ class SimulatedTranslator:
         pod_ip_placeholder=POD_IP_PLACEHOLDER,
     )
 
-    def __init__(
-        self,
-        ctx: TranslatorContext | None = None,
-        *,
-        clock: Callable[[], float] = time.time,
-        **settings: Any,
-    ) -> None:
+    def __init__(self, ctx: TranslatorContext | None = None, **settings: Any) -> None:
         merged: dict[str, Any] = dict(ctx.settings) if ctx else {}
         merged.update(settings)
         self.node_name = ctx.node_name if ctx else str(merged.get("node_name", "vkgate"))
-        self.clock = clock
+        #: All time: state boundaries on its wall time, notify and follow rounds on its sleep.
+        self.clock: Clock = ctx.clock if ctx else SystemClock()
         self.start_delay = float(merged.get("start_delay", 0.5))
         self.state_file = Path(merged["state_file"]) if merged.get("state_file") else None
         self.unreachable_file = (
@@ -249,14 +245,14 @@ class SimulatedTranslator:
             existing.extra["duplicate_creates"] = existing.extra.get("duplicate_creates", 0) + 1
             self._save()
             self._touch(pod.uid)
-            return self._state(existing, self.clock())
+            return self._state(existing, self._now())
         ann: Mapping[str, str] = pod.pod.get("metadata", {}).get("annotations", {}) or {}
         if ann.get(ANN + "sim-fail-create"):
             raise BackendRejected(ann[ANN + "sim-fail-create"], reason="ProviderFailed")
         exit_code = ann.get(ANN + "sim-exit-code")
         rec = _Record(
             ref=pod.ref,
-            created=self.clock(),
+            created=self._now(),
             containers=[c.name for c in pod.containers],
             init_containers=[c.name for c in pod.init_containers],
             images={c.name: c.image for c in (*pod.init_containers, *pod.containers)},
@@ -312,12 +308,12 @@ class SimulatedTranslator:
         if rec is None:
             return None
         if rec.deleted_at is None:
-            rec.deleted_at = self.clock()
+            rec.deleted_at = self._now()
             rec.grace = float(grace_seconds)
             self._deleting.add(ref.uid)
             self._touch(ref.uid)
             self._save()
-        now = self.clock()
+        now = self._now()
         stopped = not rec.never_stop and now >= rec.deleted_at + min(rec.stop_seconds, rec.grace)
         final = self._state(rec, now) if stopped else None
         self._gc(now)
@@ -326,7 +322,7 @@ class SimulatedTranslator:
     async def list(self) -> Sequence[WorkloadState]:
         self._check_reachable()
         self.calls["list"] += 1
-        now = self.clock()
+        now = self._now()
         self._gc(now)
         return [self._state(r, now) for r in self._records.values()]
 
@@ -351,7 +347,7 @@ class SimulatedTranslator:
                 except BackendUnavailable:
                     pass
                 else:
-                    now = self.clock()
+                    now = self._now()
                     self._gc(now)
                     while due and due[0][0] <= now:
                         dirty.add(heapq.heappop(due)[1])
@@ -369,8 +365,7 @@ class SimulatedTranslator:
                         if last.get(uid) != st:
                             last[uid] = st
                             yield st
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closed.wait(), self.notify_interval)
+                await self._pause()
         finally:
             self._dirty.remove(dirty)
 
@@ -386,6 +381,20 @@ class SimulatedTranslator:
             yield chunk
 
     # -- state ---------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        """Wall time in epoch seconds, from the clock."""
+        return self.clock.now().timestamp()
+
+    async def _pause(self) -> None:
+        """One ``notify_interval`` on the clock, cut short by ``close()``."""
+        sleep = asyncio.ensure_future(self.clock.sleep(self.notify_interval))
+        closed = asyncio.ensure_future(self._closed.wait())
+        try:
+            await asyncio.wait((sleep, closed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleep.cancel()
+            closed.cancel()
 
     def _gc(self, now: float) -> None:
         gone = [
@@ -570,7 +579,7 @@ class SimulatedTranslator:
         self, uid: str, container: str, options: LogOptions
     ) -> AsyncIterator[bytes]:
         rec = self._records.get(uid)
-        created = _ts(rec.created) if rec else _dt.datetime.now(_dt.UTC)
+        created = _ts(rec.created) if rec else self.clock.now()
         lines = [
             line
             for chunk in (_log_chunks(rec) if rec else [])
@@ -594,12 +603,11 @@ class SimulatedTranslator:
             if budget is not None and budget <= 0:
                 return
         while options.follow and (rec := self._records.get(uid)) is not None:
-            st = self._state(rec, self.clock())
+            st = self._state(rec, self._now())
             states = [c for c in (*st.containers, *st.init_containers) if c.name == container]
             if not states or all(c.state == "terminated" for c in states):
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), self.notify_interval)
+            await self._pause()
             if self._closed.is_set():
                 return
 
@@ -640,7 +648,7 @@ class SimulatedTranslator:
         [backend.simulated], every running container uses that much (CPU time accumulates
         since it started); without it nothing is known and nothing is reported."""
         self._check_reachable()
-        now = self.clock()
+        now = self._now()
         cores = (
             cpu_millis(self.usage_per_container["cpu"]) / 1000
             if "cpu" in self.usage_per_container

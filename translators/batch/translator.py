@@ -30,8 +30,7 @@ import contextlib
 import datetime as _dt
 import logging
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -62,14 +61,11 @@ from translators.batch.settings import BatchSettings, parse_settings
 from translators.batch.spec import TaskBuilder, base_task_id, init_task_id, parse_display_name
 from translators.batch.status import group_tasks, parse_time, workload_state
 from translators.batch.submit import CollectionSubmitter
+from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
 WATERMARK_MARGIN = _dt.timedelta(minutes=5)
-
-
-async def _asyncio_sleep(seconds: float) -> None:
-    await asyncio.sleep(seconds)
 
 
 def _iso(when: _dt.datetime) -> str:
@@ -91,9 +87,6 @@ class BatchTranslator:
         *,
         http_client: httpx.AsyncClient | None = None,
         credential: Any = None,
-        sleep: Callable[[float], Awaitable[None]] | None = None,
-        monotonic: Callable[[], float] | None = None,
-        now: Callable[[], _dt.datetime] | None = None,
         environ: Mapping[str, str] | None = None,
         **settings: Any,
     ) -> None:
@@ -110,9 +103,11 @@ class BatchTranslator:
             from translators.rendering import Renderer
 
             self.renderer = Renderer()
-        self._sleep = sleep or _asyncio_sleep
-        self._mono = monotonic or time.monotonic
-        self._now = now or (lambda: _dt.datetime.now(_dt.UTC))
+        #: Sleeps (retries, submit linger, log polls), deadlines and ``ocp-date`` stamps.
+        self.clock: Clock = ctx.clock if ctx is not None else SystemClock()
+        self._sleep = self.clock.sleep
+        self._mono = self.clock.monotonic
+        self._now = self.clock.now
         s = self.settings
         self.job_id = s.job_id
         self.api = BatchApi(

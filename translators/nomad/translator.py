@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -146,10 +145,8 @@ class NomadTranslator:
         ctx: TranslatorContext | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
-        sleep: Sleep | None = None,
         environ: Mapping[str, str] | None = None,
         renderer: Any = None,
-        clock: Clock | None = None,
         **settings: Any,
     ) -> None:
         table: dict[str, Any] = dict(ctx.settings) if ctx else {}
@@ -164,13 +161,13 @@ class NomadTranslator:
 
             renderer = Renderer()
         self.renderer: Renderer = renderer
-        self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
+        #: Sleeps (retries, reconnects), purge deadlines and metrics timestamps.
+        self.clock: Clock = ctx.clock if ctx is not None else SystemClock()
+        self._sleep: Sleep = self.clock.sleep
         self.client = NomadClient(self.config, transport=transport, sleep=self._sleep)
         self.access = AccessCheck(self.client)
         self.metrics = NomadMetrics(
-            self.client,
-            clock=clock if clock is not None else SystemClock(),
-            concurrency=self.config.stats_concurrency,
+            self.client, clock=self.clock, concurrency=self.config.stats_concurrency
         )
         self.book = JobBook(self.node_name)
         self._runs = Runs()
@@ -541,13 +538,13 @@ class NomadTranslator:
         Nomad kills with the task's ``KillTimeout``; when the delete's grace is shorter, the
         still-running allocations get SIGKILL once it has passed.
         """
-        start = time.monotonic()
+        start = self.clock.monotonic()
         deadline = start + self.config.purge_timeout
         killed = False
         index = 0
         try:
-            while time.monotonic() < deadline:
-                remaining = start + grace - time.monotonic()
+            while self.clock.monotonic() < deadline:
+                remaining = start + grace - self.clock.monotonic()
                 wait = min(10.0, self.config.blocking_wait)
                 if not killed:
                     wait = max(0.5, min(wait, remaining))
@@ -562,7 +559,7 @@ class NomadTranslator:
                 if all(a.get("ClientStatus") in TERMINAL for a in allocs):
                     break
                 index = reply.index if reply.index > index else 0
-                if not killed and time.monotonic() >= start + grace:
+                if not killed and self.clock.monotonic() >= start + grace:
                     killed = True
                     await self._kill(view, allocs)
             await self._purge(view)
@@ -650,7 +647,7 @@ class NomadTranslator:
         self._sizing.pop(key, None)
 
     async def _record_sizes(self, target: LogTarget, terminated: int | None) -> None:
-        reader = LogReader(self.client)
+        reader = LogReader(self.client, now=self.clock.now)
         try:
             sizes = (
                 await reader.log_size(target, "stdout"),
@@ -717,7 +714,7 @@ class NomadTranslator:
             ts = ((reply.data or {}).get("TaskStates") or {}).get(container) or {}
             return ts.get("State") == "dead" or (reply.data or {}).get("ClientStatus") in TERMINAL
 
-        reader = LogReader(self.client)
+        reader = LogReader(self.client, now=self.clock.now)
         async for chunk in reader.read(
             target,
             options,

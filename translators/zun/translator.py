@@ -119,7 +119,6 @@ class ZunTranslator:
         *,
         auth: ZunAuth | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        clock: Clock | None = None,
         requests_session: Any = None,
         renderer: Any = None,
         **settings: Any,
@@ -128,7 +127,8 @@ class ZunTranslator:
         table.update(settings)
         self.cfg: ZunConfig = load_config(table)
         self.node_name = ctx.node_name if ctx else "vkgate"
-        self.clock: Clock = clock or SystemClock()
+        #: Sleeps (retries, delete polls, log follows) and stop deadlines.
+        self.clock: Clock = ctx.clock if ctx is not None else SystemClock()
         self.auth: ZunAuth = auth or build_auth(self.cfg, requests_session=requests_session)
         verify = self.auth.verify
         self.verify = verify

@@ -1,6 +1,6 @@
 """Fixtures for the Azure Batch contract tier: the stateful fake, translators wired to it through
-``httpx.MockTransport`` (the real SDK pipeline, signing included) with a recording sleep and the
-fake's clock.  Pod builders live in ``batch_pods``."""
+``httpx.MockTransport`` (the real SDK pipeline, signing included), their clock the fake's time
+with a recording sleep.  Pod builders live in ``batch_pods``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 from batch_pods import Sleeps
 from fake_batch import FakeBatch
 
+from tests.fake_time import FakeTime
+from translators.base import TranslatorContext
 from translators.batch import BatchTranslator
 
 
@@ -46,24 +48,18 @@ async def make_translator(
             "account_key": key or fake.key,
             "pool_id": "pool-1",
             "submit_linger": 0,
-            "node_name": node_name,
         }
         table.update(settings)
 
         def fake_now() -> Any:
             return fake.now
 
-        def fake_monotonic() -> float:
-            return fake.now.timestamp()
-
+        clock = FakeTime(now=now or fake_now, sleep=sleeps)
         client = httpx.AsyncClient(transport=httpx.MockTransport(fake.handle))
         t = BatchTranslator(
+            TranslatorContext(node_name=node_name, settings=table, clock=clock),
             http_client=client,
-            sleep=sleeps,
-            now=now or fake_now,
-            monotonic=fake_monotonic,
             environ={},
-            **table,
         )
         made.append(t)
         return t

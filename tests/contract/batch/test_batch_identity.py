@@ -14,11 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-from batch_pods import make_pod
+from batch_pods import Sleeps, make_pod
 from fake_batch import FakeBatch
 from fake_entra import EntraTokenServer
 
-from translators.base import BackendAuthError
+from tests.fake_time import FakeTime
+from translators.base import BackendAuthError, TranslatorContext
 from translators.batch import BatchTranslator
 
 pytestmark = pytest.mark.contract
@@ -82,14 +83,12 @@ def identity_translator(fake: FakeBatch, entra: EntraTokenServer) -> BatchTransl
             "all://": httpx.MockTransport(fake.handle),
         }
     )
+    settings = {"endpoint": fake.endpoint, "pool_id": "pool-1", "submit_linger": 0}
+    clock = FakeTime(now=lambda: fake.now, sleep=Sleeps())
     return BatchTranslator(
+        TranslatorContext(node_name="vk-batch", settings=settings, clock=clock),
         http_client=client,
         environ={},
-        endpoint=fake.endpoint,
-        pool_id="pool-1",
-        submit_linger=0,
-        node_name="vk-batch",
-        now=lambda: fake.now,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from nomad_fixtures import ADDRESS, NODE, MakeTranslator, Sleeps
 
+from tests.fake_time import FakeTime
 from translators.base import TranslatorContext
 from translators.nomad import NomadTranslator
 
@@ -29,8 +30,9 @@ async def make_translator(sleeps: Sleeps) -> AsyncIterator[MakeTranslator]:
             "retry_backoff": [0.5, 1, 2],
             **settings,
         }
+        clock = FakeTime(sleep=sleeps)
         t = NomadTranslator(
-            TranslatorContext(node_name=NODE, settings=table), sleep=sleeps, environ={}
+            TranslatorContext(node_name=NODE, settings=table, clock=clock), environ={}
         )
         made.append(t)
         return t

@@ -21,6 +21,7 @@ import pytest
 import respx
 from nomad_fixtures import ADDRESS, NODE, Sleeps
 
+from tests.fake_time import FakeTime
 from translators.base import BackendUnavailable, MetricsSource, TranslatorContext
 from translators.nomad import NomadTranslator
 from translators.nomad.metrics import START_CORE_SECONDS as F
@@ -73,11 +74,10 @@ async def make(clock: FakeClock) -> AsyncIterator[Callable[..., NomadTranslator]
         **settings: Any,
     ) -> NomadTranslator:
         table = {"address": ADDRESS, "mhz_per_core": 2000, "retry_backoff": [0.5, 1, 2]}
+        time = FakeTime(sleep=Sleeps(), now=(at or clock).now)
         t = NomadTranslator(
-            TranslatorContext(node_name=NODE, settings={**table, **settings}),
+            TranslatorContext(node_name=NODE, settings={**table, **settings}, clock=time),
             environ={},
-            sleep=Sleeps(),
-            clock=at or clock,
             transport=transport,
         )
         made.append(t)
@@ -230,7 +230,8 @@ async def test_stats_calls_in_flight_are_bounded(
         assert path.endswith("/stats"), path
         in_flight += 1
         peak = max(peak, in_flight)
-        await asyncio.sleep(0.01)
+        for _ in range(5):  # an answer that takes a few loop turns, not real time
+            await asyncio.sleep(0)
         in_flight -= 1
         return httpx.Response(200, json=stats(100.0))
 

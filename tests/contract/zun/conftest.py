@@ -68,9 +68,8 @@ async def make_translator(
         settings.setdefault("retry_backoff", [0.1, 0.2])
         set_os_environ(monkeypatch, os_env(fake) if environ is None else environ)
         t = ZunTranslator(
-            TranslatorContext(node_name=node, settings=settings),
+            TranslatorContext(node_name=node, settings=settings, clock=clock),
             transport=fake.transport(),
-            clock=clock,
             requests_session=fake.requests_session(),
         )
         await t.start()

@@ -18,17 +18,16 @@ from translators.base import (
     MetricsSource,
     ResolvedContainer,
     ResolvedPod,
+    TranslatorContext,
     UnsupportedError,
 )
 from translators.simulated import SimulatedTranslator
+from vkgate_core.clock import FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_772_359_200.0  # 2026-03-01T10:00:00Z
-
-    def __call__(self) -> float:
-        return self.t
+def sim_on(clock: FakeClock, **settings: object) -> SimulatedTranslator:
+    """The simulated backend on ``clock`` (``TranslatorContext.clock``)."""
+    return SimulatedTranslator(TranslatorContext("vkgate", {}, clock=clock), **settings)
 
 
 def resolved(*, run_seconds: str | None = None, exit_code: str | None = None) -> ResolvedPod:
@@ -60,13 +59,13 @@ async def collect(sim: SimulatedTranslator, options: LogOptions, container: str 
 
 
 async def test_simulated_is_a_log_reader_and_executor() -> None:
-    sim = SimulatedTranslator(None, clock=Clock(), start_delay=0)
+    sim = sim_on(FakeClock(), start_delay=0)
     assert isinstance(sim, LogReader) and isinstance(sim, Executor)
 
 
 async def test_log_options_are_honoured() -> None:
-    clock = Clock()
-    sim = SimulatedTranslator(None, clock=clock, start_delay=0)
+    clock = FakeClock()  # 2026-03-01T10:00:00Z
+    sim = sim_on(clock, start_delay=0)
     await sim.create(resolved())
     full = await collect(sim, LogOptions())
     lines = full.splitlines(keepends=True)
@@ -83,8 +82,8 @@ async def test_log_options_are_honoured() -> None:
 
 
 async def test_follow_ends_when_the_container_terminates() -> None:
-    clock = Clock()
-    sim = SimulatedTranslator(None, clock=clock, start_delay=0, notify_interval=0.01)
+    clock = FakeClock()  # 2026-03-01T10:00:00Z
+    sim = sim_on(clock, start_delay=0, notify_interval=0.01)
     await sim.create(resolved(run_seconds="5", exit_code="0"))
     got: list[bytes] = []
 
@@ -93,22 +92,23 @@ async def test_follow_ends_when_the_container_terminates() -> None:
             got.append(chunk)
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.1)
+    for _ in range(10):  # 0.1 s of fake time: ten follow rounds
+        await clock.advance(0.01)
     assert not task.done() and got, "still following while the container runs"
-    clock.t += 6
+    await clock.advance(6)
     await asyncio.wait_for(task, 2)
     await sim.close()
 
 
 async def test_exec_is_refused_unless_exec_local() -> None:
-    sim = SimulatedTranslator(None, clock=Clock(), start_delay=0)
+    sim = sim_on(FakeClock(), start_delay=0)
     await sim.create(resolved())
     with pytest.raises(UnsupportedError, match="exec is disabled in the simulated backend"):
         await sim.exec(resolved().ref, "app", ["true"], tty=False, stdin=False)
 
 
 async def test_local_exec_runs_with_stdin_output_and_exit_code() -> None:
-    sim = SimulatedTranslator(None, clock=Clock(), start_delay=0, exec_local=True)
+    sim = sim_on(FakeClock(), start_delay=0, exec_local=True)
     await sim.create(resolved())
     ref = resolved().ref
     s = await sim.exec(ref, "app", ["sh", "-c", "cat; echo err >&2; exit 4"], tty=False, stdin=True)
@@ -125,8 +125,8 @@ async def test_local_exec_runs_with_stdin_output_and_exit_code() -> None:
 
 
 async def test_usage_only_when_configured_and_only_for_running_containers() -> None:
-    clock = Clock()
-    quiet = SimulatedTranslator(None, clock=clock, start_delay=0)
+    clock = FakeClock()  # 2026-03-01T10:00:00Z
+    quiet = sim_on(clock, start_delay=0)
     await quiet.create(resolved())
     u = await quiet.usage()
     assert [p.containers for p in u.pods] == [
@@ -134,15 +134,13 @@ async def test_usage_only_when_configured_and_only_for_running_containers() -> N
     ]
     assert u.pods[0].containers[0].cpu_core_seconds is None  # unknown, never 0
 
-    sim = SimulatedTranslator(
-        None, clock=clock, start_delay=0, usage={"cpu": "250m", "memory": "64Mi"}
-    )
+    sim = sim_on(clock, start_delay=0, usage={"cpu": "250m", "memory": "64Mi"})
     assert isinstance(sim, MetricsSource)
     await sim.create(resolved(run_seconds="10", exit_code="0"))
-    clock.t += 4
+    await clock.advance(4)
     (pod,) = (await sim.usage()).pods
     (c,) = pod.containers
     assert c.cpu_core_seconds == pytest.approx(1.0)
     assert c.cpu_nano_cores == 250_000_000 and c.memory_working_set_bytes == 64 * 2**20
-    clock.t += 10  # the container has exited: no usage any more
+    await clock.advance(10)  # the container has exited: no usage any more
     assert (await sim.usage()).pods[0].containers == ()

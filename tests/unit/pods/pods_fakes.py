@@ -20,7 +20,7 @@ import datetime as _dt
 import itertools
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from status_merge import apply_patch
@@ -33,6 +33,7 @@ from translators.base import (
     NodeInfo,
     PodRef,
     ResolvedPod,
+    TranslatorContext,
     WorkloadState,
 )
 from translators.simulated import SimulatedTranslator
@@ -303,9 +304,9 @@ class Polled:
         return await self.inner.list()
 
 
-def sim_clock(clock: FakeClock) -> Callable[[], float]:
-    """The simulated backend's wall clock, following the fake clock."""
-    return lambda: clock.now().timestamp()
+def sim_context(clock: FakeClock, node: str) -> TranslatorContext:
+    """The simulated backend's context for ``node``: its time is the fake clock."""
+    return TranslatorContext(node_name=node, settings={}, clock=clock)
 
 
 async def settle(rounds: int = 60) -> None:

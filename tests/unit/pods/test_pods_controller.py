@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pods_fakes import FakeKube, Polled, run_for, settle, sim_clock
+from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 
 from gateway.config import Settings
 from gateway.kube.events import EventRecorder
@@ -44,9 +44,7 @@ class Harness:
 
     def translator(self) -> Any:
         self.sim = SimulatedTranslator(
-            None,
-            clock=sim_clock(self.clock),
-            node_name=NODE,
+            sim_context(self.clock, NODE),
             state_file=str(self.state_file),
             start_delay=1.0,
         )
@@ -468,11 +466,8 @@ async def test_notifier_drives_status_without_waiting_for_the_reconcile(tmp_path
         h.kube.add(pod("fast"))
         await run_for(h.clock, 0.5)
         assert h.sim is not None
-        # the simulated notifier polls on real time; let it yield a few times
-        import asyncio
-
+        # the simulated notifier polls on the fake clock too
         for _ in range(20):
-            await asyncio.sleep(0.05)
             await h.clock.advance(0.25)
             await settle()
             p = h.kube.pod("fast")
@@ -824,9 +819,7 @@ async def test_a_workload_that_starts_at_once_gets_one_status_write(tmp_path: Pa
 
 def _fast(harness: Harness) -> SimulatedTranslator:
     harness.sim = SimulatedTranslator(
-        None,
-        clock=sim_clock(harness.clock),
-        node_name=NODE,
+        sim_context(harness.clock, NODE),
         state_file=str(harness.state_file),
         start_delay=FIRST_STATUS_DELAY / 5,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pods_fakes import FakeKube, Polled, run_for, settle, sim_clock
+from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 
 from gateway.config import Settings, TemplateSettings
 from gateway.inputs import InputsGate
@@ -117,9 +117,7 @@ async def start_process(
         settings = Settings()
         settings.node.name = node
         sim = SimulatedTranslator(
-            None,
-            clock=sim_clock(clock),
-            node_name=node,
+            sim_context(clock, node),
             state_file=str(tmp_path / f"{node}.json"),
             start_delay=1.0,
         )

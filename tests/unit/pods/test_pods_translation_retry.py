@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pods_fakes import FakeKube, Polled, run_for, settle, sim_clock
+from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 
 from gateway.app import App
 from gateway.config import Settings
@@ -72,9 +72,7 @@ class Harness:
         self.kube = FakeKube(self.clock)
         self.renderer = Renderer(overlay={TEMPLATE: BROKEN})
         self.sim = SimulatedTranslator(
-            None,
-            clock=sim_clock(self.clock),
-            node_name=NODE,
+            sim_context(self.clock, NODE),
             state_file=str(tmp_path / "sim.json"),
             start_delay=1.0,
         )

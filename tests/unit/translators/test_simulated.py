@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,18 +20,46 @@ from translators.base import (
     ResolvedContainer,
     ResolvedPod,
     ResolvedVolume,
+    TranslatorContext,
     VolumeFile,
     VolumeMount,
 )
 from translators.simulated import POD_IP_PLACEHOLDER, SimulatedTranslator, fake_ip
+from vkgate_core.clock import FakeClock
+
+T = TypeVar("T")
 
 
-class Clock:
+class Clock(FakeClock):
+    """Fake time for the backend (``TranslatorContext.clock``): ``t`` is its wall time in epoch
+    seconds, and setting it moves the clock (a sleeper due by then wakes on the next
+    ``advance``)."""
+
     def __init__(self) -> None:
-        self.t = 1_000_000.0
+        super().__init__(_dt.datetime.fromtimestamp(1_000_000.0, _dt.UTC))
 
-    def __call__(self) -> float:
-        return self.t
+    @property
+    def t(self) -> float:
+        return self.now().timestamp()
+
+    @t.setter
+    def t(self, value: float) -> None:
+        self._mono += value - self.t
+
+
+def sim_on(clock: Clock, **settings: Any) -> SimulatedTranslator:
+    """A simulated backend for node ``vk`` on ``clock``."""
+    return SimulatedTranslator(TranslatorContext("vk", {}, clock=clock), **settings)
+
+
+async def ticking(clock: Clock, awaitable: Awaitable[T], step: float = 0.01) -> T:
+    """Await ``awaitable`` while the fake clock moves in ``step``s (the notifier's rounds)."""
+    task = asyncio.ensure_future(awaitable)
+    for _ in range(1000):
+        if task.done():
+            break
+        await clock.advance(step)
+    return await asyncio.wait_for(task, 1)
 
 
 def resolved(uid: str = "u-1", *, policy: str = "Always", **annotations: str) -> ResolvedPod:
@@ -60,9 +90,7 @@ def resolved(uid: str = "u-1", *, policy: str = "Always", **annotations: str) ->
 
 
 def make(tmp_path: Path, clock: Clock, **kw: Any) -> SimulatedTranslator:
-    return SimulatedTranslator(
-        None, clock=clock, node_name="vk", state_file=str(tmp_path / "s.json"), start_delay=1, **kw
-    )
+    return sim_on(clock, state_file=str(tmp_path / "s.json"), start_delay=1, **kw)
 
 
 async def test_lifecycle_pending_running_and_ip(tmp_path: Path) -> None:
@@ -171,10 +199,10 @@ async def test_notifier_yields_changes(tmp_path: Path) -> None:
     assert isinstance(sim, Notifier)
     await sim.create(resolved())
     stream = sim.changes()
-    first = await asyncio.wait_for(anext(stream), 1)
+    first = await ticking(clock, anext(stream))
     assert first.phase == Phase.PENDING
     clock.t += 2
-    second = await asyncio.wait_for(anext(stream), 1)
+    second = await ticking(clock, anext(stream))
     assert second.phase == Phase.RUNNING
     await sim.close()
     await stream.aclose()
@@ -193,9 +221,12 @@ class Stream:
             self.seen.append(st)
 
     async def rounds(self) -> list[Any]:
-        """States yielded over several rounds (notify_interval is 5 ms)."""
+        """States yielded over several rounds (notify_interval is 5 ms; 100 ms of fake time)."""
         start = len(self.seen)
-        await asyncio.sleep(0.1)
+        clock = self.sim.clock
+        assert isinstance(clock, FakeClock)
+        for _ in range(20):
+            await clock.advance(0.005)
         return self.seen[start:]
 
     async def close(self) -> None:
@@ -221,9 +252,7 @@ async def test_changes_does_no_per_pod_work_for_unchanged_pods(
 ) -> None:
     """Idle cost: a round over N steady pods builds no state; one change yields one state."""
     clock = Clock()
-    sim = SimulatedTranslator(
-        None, clock=clock, node_name="vk", start_delay=1, notify_interval=0.005
-    )
+    sim = sim_on(clock, start_delay=1, notify_interval=0.005)
     n = 300
     for i in range(n):
         await sim.create(resolved(f"u-{i}"))
@@ -282,7 +311,7 @@ async def test_list_reuses_states_between_boundaries(monkeypatch: pytest.MonkeyP
     """The reconcile's list of N steady pods builds no state; a delete or a boundary rebuilds
     only the pod it concerns."""
     clock = Clock()
-    sim = SimulatedTranslator(None, clock=clock, node_name="vk", start_delay=1)
+    sim = sim_on(clock, start_delay=1)
     for i in range(200):
         await sim.create(resolved(f"u-{i}", sim_stop_seconds="10"))
     clock.t += 2

@@ -25,6 +25,7 @@ import pytest
 from gateway import cli
 from gateway.devstack.certs import issue, new_ca
 from gateway.node.health import BackendHealth
+from tests.fake_time import FakeTime
 from translators.base import BackendAuthError, BackendUnavailable, TranslatorContext
 from translators.nomad import NomadTranslator
 from translators.nomad.client import ssl_context
@@ -147,8 +148,9 @@ def _translator(environ: dict[str, str], **settings: Any) -> NomadTranslator:
     async def no_sleep(_: float) -> None:
         return None
 
+    clock = FakeTime(sleep=no_sleep)
     return NomadTranslator(
-        TranslatorContext(node_name="vk", settings=settings), environ=environ, sleep=no_sleep
+        TranslatorContext(node_name="vk", settings=settings, clock=clock), environ=environ
     )
 
 
@@ -336,9 +338,12 @@ async def test_the_change_feed_backs_off_on_a_tls_failure_without_a_traceback(
         await asyncio.sleep(0)
 
     t = NomadTranslator(
-        TranslatorContext(node_name="vk", settings={"retry_backoff": [0.2, 0.5, 1, 2]}),
+        TranslatorContext(
+            node_name="vk",
+            settings={"retry_backoff": [0.2, 0.5, 1, 2]},
+            clock=FakeTime(sleep=sleep),
+        ),
         environ=_env(server, pki, NOMAD_CACERT=str(pki.other_ca)),
-        sleep=sleep,
     )
     caplog.set_level(logging.DEBUG)
     feed = t.changes()
