@@ -63,12 +63,6 @@ def _namespace_attrs(ns: Namespace) -> dict[str, Any]:
     return attrs
 
 
-def _pairs(items: Iterable[tuple[Any, Any]], around: int) -> Iterator[tuple[Any, int]]:
-    for k, v in items:
-        yield k, around
-        yield v, 2
-
-
 #: A container's text: (characters when empty, (child, characters around it) per child,
 #: characters to add once when it has children).  Returned by a measure's ``parts``.
 _Parts = tuple[int, Iterator[tuple[Any, int]], int]
