@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from vkgate_core.backoff import Backoff
 from gateway.pods.queue import ShutDown, WorkQueue
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import FakeClock
 
 
