@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from node_fakes import FakeApi, advance
 
-from vkgate_core.backoff import Backoff
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict
 from gateway.node.lease import LeaseKeeper, micro_time
+from vkgate_core.backoff import Backoff
 from vkgate_core.clock import FakeClock
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
