@@ -16,7 +16,8 @@ the translator                  ``Translator`` and the optional capability Proto
                                 ``Notifier``, ``LogReader``, ``Executor``/``ExecSession``,
                                 ``Attacher``, ``MetricsSource``; ``Renderable`` and
                                 ``FeatureAware`` for ``BackendSpec.offline``;
-                                ``TranslatorContext`` (what the factory receives)
+                                ``TranslatorContext`` (what the factory receives) and its
+                                ``Clock``
 data in                         ``ResolvedPod`` and its parts, ``PodRef``, ``LogOptions``
 data out                        ``WorkloadState``, ``Phase``, ``ContainerState``,
                                 ``Capacity``, ``NodeInfo``, the usage types
@@ -89,6 +90,7 @@ from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for
 from translators.rendering import Renderer, pod_context
 from translators.simulated import SimulatedTranslator
+from vkgate_core.clock import Clock
 from vkgate_core.settings import Setting, SettingsError, coerce, report, unknown_keys
 
 __all__ = [
@@ -109,6 +111,7 @@ __all__ = [
     "BackendUnavailable",
     "Capacity",
     "Check",
+    "Clock",
     "ContainerState",
     "ContainerUsage",
     "EnvVar",
