@@ -174,7 +174,8 @@ def test_raw_exec_process_gets_pod_strings_byte_for_byte(
     nomad_agent: NomadAgent, strings: list[str]
 ) -> None:
     got = asyncio.run(printed(nomad_agent, strings, template="nomad/raw_exec.j2"))
-    assert got == expect(strings, "127.0.0.1")
+    # the pod's address: client 1's, where every pod that asks for no pool runs
+    assert got == expect(strings, nomad_agent.clients[0].ip)
 
 
 def test_pod_ip_placeholder_is_the_only_string_nomad_interpolates(nomad_agent: NomadAgent) -> None:
@@ -184,7 +185,8 @@ def test_pod_ip_placeholder_is_the_only_string_nomad_interpolates(nomad_agent: N
         "${attr.unique.network.ip-address}",  # the same text typed by a user stays literal
     ]
     got = asyncio.run(printed(nomad_agent, strings, template="nomad/raw_exec.j2"))
-    assert got == expect(strings, "127.0.0.1")
+    # the pod's address: client 1's, where every pod that asks for no pool runs
+    assert got == expect(strings, nomad_agent.clients[0].ip)
 
 
 @settings(max_examples=1, deadline=None, phases=[Phase.explicit, Phase.generate], database=None)
@@ -194,4 +196,4 @@ def test_docker_process_gets_pod_strings_byte_for_byte(
     docker_nomad: NomadAgent, strings: list[str]
 ) -> None:
     got = asyncio.run(printed(docker_nomad, strings, template="nomad/job.j2"))
-    assert got == expect(strings, "127.0.0.1")
+    assert got == expect(strings, docker_nomad.clients[0].ip)
