@@ -246,6 +246,7 @@ class App:
         return await asyncio.create_task(step, name=f"start:{unit.name}", context=ctx)
 
     async def start(self) -> None:
+        self.renderer.start()  # the render workers spawn in the background
         for unit in self.units:
             self._started.append(unit)
             await self._as(unit, unit.start_backend())
@@ -274,6 +275,7 @@ class App:
                 log.exception("error while stopping %s", type(component).__name__)
         await self._stop_metrics()  # started before the leader wait
         await self.kube.aclose()
+        self.renderer.close()
 
     def request_stop(self) -> None:
         if self._stop.is_set():

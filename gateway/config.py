@@ -204,6 +204,19 @@ class TemplateSettings:
         default_factory=dict,
         metadata=doc('team → template name globs its pods may pick by annotation ("*": all)'),
     )
+    render_workers: int = field(
+        default=2,
+        metadata=doc(
+            "Processes that render templates, each with hard memory and CPU limits "
+            "(docs/design/template-safety.md); 0: render inside the agent",
+            lo=0,
+            hi=64,
+        ),
+    )
+    render_memory: int = field(
+        default=256,
+        metadata=doc("MiB a render worker may allocate beyond its start-up size", lo=64, hi=65536),
+    )
 
 
 @dataclass

@@ -42,6 +42,7 @@ from gateway.kube.reflector import Reflector
 from translators import plugins
 from translators.base import TranslationError
 from translators.rendering import TEAM_LABEL, OverlayTemplate, Renderer
+from translators.renderpool import RenderPool
 from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.templates")
@@ -60,19 +61,27 @@ def renderer_from_settings(
     kinds: Sequence[str] = (),
 ) -> Renderer:
     """The renderer the agent (and ``vkgate render``) uses, from ``[templates]``; the packaged
-    templates of the backends ``kinds`` (their specs' ``templates_dir``) come last."""
+    templates of the backends ``kinds`` (their specs' ``templates_dir``) come last.  It renders
+    in ``templates.render_workers`` worker processes (started on first use; ``Renderer.close``
+    stops them)."""
     backend_dirs: list[Path] = []
     for kind in kinds:
         with contextlib.suppress(plugins.PluginError):  # reported where the backend is used
             folder = plugins.load(kind).templates_dir
             if folder is not None and folder not in backend_dirs:
                 backend_dirs.append(folder)
+    pool = None
+    if settings.render_workers > 0:
+        pool = RenderPool(
+            workers=settings.render_workers, max_memory=settings.render_memory * 2**20
+        )
     return Renderer(
         extra_dirs=[*extra_dirs, *settings.dirs],
         backend_dirs=backend_dirs,
         allowed=settings.allowed,
         teams=settings.teams,
         defaults=settings.default,
+        pool=pool,
     )
 
 

@@ -33,7 +33,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import contextvars
+import dataclasses
 import fnmatch
+import hashlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ from translators.base import (
 )
 from translators.filters import FILTERS
 from translators.output import parse_output
+from translators.renderpool import RemoteEnv, RenderPool, map_line
 from translators.sandbox import LimitedSandbox, LimitExceeded, RenderLimits, run_limited
 
 __all__ = [
@@ -205,6 +208,7 @@ class Renderer:
         allowed: Mapping[str, Sequence[str]] | None = None,
         teams: Mapping[str, str] | None = None,
         defaults: Mapping[str, str] | None = None,
+        pool: RenderPool | None = None,
     ) -> None:
         packaged = packaged_templates_dir()
         #: Search order: extra dirs, the packaged templates, then third-party backends' own.
@@ -218,6 +222,9 @@ class Renderer:
         self.teams = dict(teams or {})
         #: backend → default template name, overriding the translator's own default.
         self.defaults = dict(defaults or {})
+        #: Render in these worker processes (``None``: in this process, in a thread).
+        self.pool = pool
+        self._remotes: dict[int, tuple[LimitedSandbox, RemoteEnv]] = {}
         self.version = 0
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
@@ -233,16 +240,36 @@ class Renderer:
     # -- sources ----------------------------------------------------------------------
 
     def _make_env(self, overlay: Mapping[str, OverlayTemplate]) -> LimitedSandbox:
-        env = LimitedSandbox(
-            loader=_SourcesLoader(overlay, self.dirs),
-            undefined=jinja2.StrictUndefined,
-            autoescape=False,
-            keep_trailing_newline=True,
-            limits=self.limits,
-        )
-        env.filters.update(FILTERS)
-        env.guard_filters()
-        return env
+        return make_env(overlay, self.dirs, self.limits)
+
+    def _remote(self, env: LimitedSandbox) -> RemoteEnv:
+        """``env`` as a render worker rebuilds it (made once per environment)."""
+        remote = self._remotes.get(id(env))
+        if remote is None or remote[0] is not env:
+            loader = env.loader
+            assert isinstance(loader, _SourcesLoader)
+            spec = {
+                "dirs": [str(d) for d in loader.dirs],
+                "overlay": {n: t.source for n, t in sorted(loader.overlay.items())},
+                "limits": dataclasses.asdict(self.limits),
+            }
+            key = hashlib.sha256(repr(spec).encode()).hexdigest()
+            remote = (env, RemoteEnv(key, spec))
+            with self._lock:
+                if len(self._remotes) > 8:
+                    self._remotes.clear()
+                self._remotes[id(env)] = remote
+        return remote[1]
+
+    def start(self) -> None:
+        """Start the render workers ahead of the first render (no-op without a pool)."""
+        if self.pool is not None:
+            self.pool.start()
+
+    def close(self) -> None:
+        """Stop the render workers of the pool this renderer was given."""
+        if self.pool is not None:
+            self.pool.close()
 
     @property
     def current_env(self) -> LimitedSandbox:
@@ -377,53 +404,23 @@ class Renderer:
     def render_text(self, template: str, context: Mapping[str, Any]) -> str:
         """Render to text under the sandbox limits; errors → ``TranslationError``."""
         env = self.current_env
-        max_output = self.limits.max_output
-
-        def work() -> str:
-            gen = env.get_template(template).generate(**context)
-            pieces: list[str] = []
-            size = 0
-            try:
-                for piece in gen:
-                    size += len(piece)
-                    if size > max_output:
-                        raise LimitExceeded(f"output exceeds {max_output} characters")
-                    pieces.append(piece)
-            finally:
-                close = getattr(gen, "close", None)
-                if close is not None:
-                    close()
-            return "".join(pieces)
-
-        try:
-            return run_limited(work, self.limits)
-        except TranslationError:
-            raise
-        except Exception as exc:
-            raise _translation_error(exc, template) from exc
+        if self.pool is not None:
+            text: str = self._call(env, "text", template, context)
+            return text
+        return render_text_in(env, template, context, self.limits)
 
     def render(
         self, template: str, context: Mapping[str, Any], *, schema: str | None = None
     ) -> Any:
         """Render, parse and validate.  ``schema`` defaults to ``context["backend"]``;
         ``""`` skips validation (as does ``Renderer(validate=False)``)."""
-        text = self.render_text(template, context)
-        limits = self.limits
-        try:
-            spec = run_limited(
-                lambda: parse_output(
-                    template,
-                    text,
-                    max_size=limits.max_output,
-                    max_depth=limits.max_depth,
-                    max_nodes=limits.max_nodes,
-                ),
-                limits,
+        env = self.current_env
+        if self.pool is not None:
+            spec = self._call(env, "render", template, context)
+        else:
+            spec = parse_in(
+                template, render_text_in(env, template, context, self.limits), self.limits
             )
-        except TranslationError:
-            raise
-        except Exception as exc:
-            raise _translation_error(exc, template) from exc
         kind = str(context.get("backend", "")) if schema is None else schema
         if self.validate and kind:
             try:
@@ -449,26 +446,113 @@ class Renderer:
         """Compile ``template`` and everything it statically extends/includes; raise
         ``TranslationError`` on a syntax error."""
         env = self.current_env
+        if self.pool is not None:
+            self._call(env, "check", template)
+        else:
+            check_in(env, template, self.limits)
 
-        def work() -> None:
-            seen: set[str] = set()
-            todo = [template]
-            while todo:
-                name = todo.pop()
-                if name in seen:
-                    continue
-                seen.add(name)
-                source = env.loader.get_source(env, name)[0] if env.loader else ""
-                ast = env.parse(source, name)
-                env.get_template(name)
-                todo.extend(
-                    n for n in jinja2.meta.find_referenced_templates(ast) if isinstance(n, str)
-                )
+    def _call(self, env: LimitedSandbox, op: str, template: str, *args: Any) -> Any:
+        assert self.pool is not None
+        return self.pool.call(
+            self._remote(env),
+            op,
+            (template, *args),
+            template=template,
+            timeout=self.limits.timeout,
+        )
 
+
+# --------------------------------------------------------------------------- one render
+#
+# What a render is, wherever it runs: here in a thread (no pool) or in a render worker
+# (translators/renderworker.py), which builds the same environment from a ``RemoteEnv``.
+
+
+def make_env(
+    overlay: Mapping[str, OverlayTemplate], dirs: Sequence[Path], limits: RenderLimits
+) -> LimitedSandbox:
+    """The sandboxed environment over ``overlay`` → ``dirs``, with the helper filters."""
+    env = LimitedSandbox(
+        loader=_SourcesLoader(overlay, dirs),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        limits=limits,
+    )
+    env.filters.update(FILTERS)
+    env.guard_filters()
+    return env
+
+
+def render_text_in(
+    env: LimitedSandbox, template: str, context: Mapping[str, Any], limits: RenderLimits
+) -> str:
+    """Render ``template`` to text under ``limits``; errors → ``TranslationError``."""
+    max_output = limits.max_output
+
+    def work() -> str:
+        gen = env.get_template(template).generate(**context)
+        pieces: list[str] = []
+        size = 0
         try:
-            run_limited(work, self.limits)
-        except Exception as exc:
-            raise _translation_error(exc, template) from exc
+            for piece in gen:
+                size += len(piece)
+                if size > max_output:
+                    raise LimitExceeded(f"output exceeds {max_output} characters")
+                pieces.append(piece)
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
+        return "".join(pieces)
+
+    try:
+        return run_limited(work, limits)
+    except TranslationError:
+        raise
+    except Exception as exc:
+        raise _translation_error(exc, template) from exc
+
+
+def parse_in(template: str, text: str, limits: RenderLimits) -> Any:
+    """Rendered text → data (``translators.output``) under ``limits``."""
+    try:
+        return run_limited(
+            lambda: parse_output(
+                template,
+                text,
+                max_size=limits.max_output,
+                max_depth=limits.max_depth,
+                max_nodes=limits.max_nodes,
+            ),
+            limits,
+        )
+    except TranslationError:
+        raise
+    except Exception as exc:
+        raise _translation_error(exc, template) from exc
+
+
+def check_in(env: LimitedSandbox, template: str, limits: RenderLimits) -> None:
+    """Compile ``template`` and what it statically extends/includes."""
+
+    def work() -> None:
+        seen: set[str] = set()
+        todo = [template]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            source = env.loader.get_source(env, name)[0] if env.loader else ""
+            ast = env.parse(source, name)
+            env.get_template(name)
+            todo.extend(n for n in jinja2.meta.find_referenced_templates(ast) if isinstance(n, str))
+
+    try:
+        run_limited(work, limits)
+    except Exception as exc:
+        raise _translation_error(exc, template) from exc
 
 
 def _normalize(overlay: Mapping[str, OverlayTemplate | str]) -> dict[str, OverlayTemplate]:
@@ -500,6 +584,8 @@ def _translation_error(exc: BaseException, template: str) -> TranslationError:
         message = f"limit: {exc}"
     elif isinstance(exc, RecursionError):
         message = "recursion too deep (an include/extends/macro loop?)"
+    elif isinstance(exc, MemoryError):
+        message = "limit: out of memory"
     elif isinstance(exc, jinja2.TemplateError):
         message = str(exc)
     else:
@@ -520,19 +606,9 @@ def _template_location(tb: TracebackType | None) -> tuple[str, int | None]:
         if "__jinja_exception__" in g:
             name, line = str(g.get("__file__") or ""), tb.tb_lineno
         elif "debug_info" in g and "environment" in g and isinstance(g.get("name"), str):
-            name, line = g["name"], _map_line(str(g["debug_info"]), tb.tb_lineno)
+            name, line = g["name"], map_line(str(g["debug_info"]), tb.tb_lineno)
         tb = tb.tb_next
     return name, line
-
-
-def _map_line(debug_info: str, code_line: int) -> int | None:
-    best = None
-    for pair in debug_info.split("&"):
-        if "=" in pair:
-            tpl, code = pair.split("=")
-            if int(code) <= code_line:
-                best = int(tpl)
-    return best
 
 
 # --------------------------------------------------------------------------- secrets

@@ -37,6 +37,7 @@ from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
 from translators.nomad.status import JobView, placement_from, workload_state
 from translators.rendering import Renderer
+from translators.renderpool import RenderPool
 
 NODE = "vk-golden"
 SETTINGS: dict[str, Any] = {
@@ -65,8 +66,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    """The agent renders in worker processes (translators/renderpool.py): the same bytes."""
+    pool = RenderPool(workers=1)
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
 @pytest.mark.golden_files("pods", "*.yaml")
-def test_pod_renders_to_expected_nomad_job(golden_case: Path, golden: Any) -> None:
+def test_pod_renders_to_expected_nomad_job(
+    golden_case: Path, golden: Any, isolation: str, request: pytest.FixtureRequest
+) -> None:
+    renderer = Renderer(pool=request.getfixturevalue("pool") if isolation == "process" else None)
     settings = dict(SETTINGS)
     if golden_case.name.startswith("raw-exec"):
         settings["template"] = "nomad/raw_exec.j2"
@@ -76,7 +89,7 @@ def test_pod_renders_to_expected_nomad_job(golden_case: Path, golden: Any) -> No
     cfg = NomadConfig.from_settings(settings, environ={})
     try:
         out: Any = render_job(
-            resolved.pod, renderer=Renderer(), cfg=cfg, settings=settings, factor=2000.0
+            resolved.pod, renderer=renderer, cfg=cfg, settings=settings, factor=2000.0
         )
     except TranslatorError as exc:
         out = {"error": type(exc).__name__, "message": str(exc), "field": getattr(exc, "field", "")}

@@ -19,6 +19,7 @@ import pytest
 from gateway.offline import SpecRenderer, load_samples, resolve
 from translators.base import Renderable, TranslationError, UnsupportedError
 from translators.rendering import Renderer, backend_of, is_entry_template
+from translators.renderpool import RenderPool
 
 HERE = Path(__file__).parent
 NODE = "vkgate"
@@ -44,20 +45,31 @@ TEMPLATES = [
 ]
 
 
-def _renderer(backend: str) -> SpecRenderer:
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    """The agent renders in worker processes (translators/renderpool.py): the same bytes."""
+    pool = RenderPool(workers=1)
+    yield pool
+    pool.close()
+
+
+def _renderer(backend: str, pool: RenderPool | None) -> SpecRenderer:
     # every packaged template is allowed: the golden files are about rendering, not lookup
-    renderer = Renderer(allowed={"*": ["*"]})
+    renderer = Renderer(allowed={"*": ["*"]}, pool=pool)
     sr = SpecRenderer(renderer, backend=backend, settings=SETTINGS[backend], node_name=NODE)
     if not isinstance(sr.translator, Renderable):
         pytest.skip(f"{backend}: rendered by {sr.via}; golden files need render_spec")
     return sr
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.name)
 @pytest.mark.parametrize("template", TEMPLATES)
-def test_packaged_template_renders_sample(template: str, sample: Any, golden: Any) -> None:
+def test_packaged_template_renders_sample(
+    template: str, sample: Any, isolation: str, golden: Any, request: pytest.FixtureRequest
+) -> None:
     backend = backend_of(template)
-    sr = _renderer(backend)
+    sr = _renderer(backend, request.getfixturevalue("pool") if isolation == "process" else None)
     if (
         "vkgate:partial"
         in (sr.renderer.current_env.loader.get_source(sr.renderer.env, template)[0])

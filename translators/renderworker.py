@@ -1,0 +1,164 @@
+"""The render worker: ``python -m translators.renderworker DUMP_FD MAX_MEMORY GRACE``.
+
+Started by ``translators.renderpool`` with an empty environment.  It reads length-prefixed
+pickles on stdin and answers on stdout:
+
+* ``("env", key, spec)`` — build (and keep, up to ``renderpool._ENVS``) the template
+  environment ``spec`` describes (``Renderer._remote``); no answer.
+* ``("run", key, op, args, timeout)`` — ``op`` is ``text`` (``render_text_in``), ``render``
+  (text, then ``parse_in``) or ``check`` (``check_in``).  Answers ``("need", key)`` when it
+  does not hold that environment, then, for each template it compiles while running,
+  ``("compiled", name, debug_info)`` — sent *before* the template runs, so the parent can
+  name the line of a render it has to kill — and finally ``("ok", value)`` or
+  ``("error", detail, template, line, field, retire, peak_kib)``.
+
+Limits of its own: ``RLIMIT_AS`` at its size after imports plus ``MAX_MEMORY`` (and room for
+two thread stacks), no core files, ``RLIMIT_CPU`` reset before each render to the CPU time
+used so far plus the render's timeout and a second (a stuck worker dies even when no
+parent is left to kill it), and ``faulthandler`` writing every thread's stack to ``DUMP_FD``
+on ``SIGUSR1`` (the agent's question before it kills a stuck worker) and on a crash.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import math
+import os
+import pickle
+import resource
+import signal
+import struct
+import sys
+from collections import OrderedDict
+from typing import IO, Any
+
+_HEADER = struct.Struct("!I")
+#: Environments kept (the parent's ``renderpool._ENVS``).
+_ENVS = 4
+#: Room for the render thread's stack (and a spare), over ``MAX_MEMORY``.
+_STACKS = 32 * 2**20
+
+
+def _read_exact(stream: IO[bytes], n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        for text in f:
+            if text.startswith("VmSize:"):
+                return int(text.split()[1]) * 1024
+    return 0
+
+
+def _peak_kib() -> int:
+    with open("/proc/self/status") as f:
+        for text in f:
+            if text.startswith("VmHWM:"):
+                return int(text.split()[1])
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    dump_fd, max_memory, grace = int(argv[1]), int(argv[2]), float(argv[3])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent stops its workers itself
+    dump = os.fdopen(dump_fd, "w")
+    faulthandler.enable(file=dump, all_threads=True)  # a crash
+    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)  # the agent asks
+    # The answers go to the real stdout; anything printed goes to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    stdin = os.fdopen(os.dup(0), "rb")
+
+    from pathlib import Path
+
+    from translators.base import TranslationError
+    from translators.rendering import (
+        OverlayTemplate,
+        check_in,
+        make_env,
+        parse_in,
+        render_text_in,
+    )
+    from translators.sandbox import LimitedSandbox, RenderLimits
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _vm_size() + max_memory + _STACKS
+    if hard == resource.RLIM_INFINITY or limit < hard:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+    def send(message: Any) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(_HEADER.pack(len(data)) + data)
+        out.flush()
+
+    envs: OrderedDict[str, tuple[LimitedSandbox, RenderLimits]] = OrderedDict()
+
+    def run(env: LimitedSandbox, limits: RenderLimits, op: str, args: tuple[Any, ...]) -> Any:
+        if op == "text":
+            return render_text_in(env, args[0], args[1], limits)
+        if op == "render":
+            return parse_in(args[0], render_text_in(env, args[0], args[1], limits), limits)
+        if op == "check":
+            return check_in(env, args[0], limits)
+        raise ValueError(f"unknown op {op!r}")
+
+    while True:
+        header = _read_exact(stdin, _HEADER.size)
+        if header is None:
+            return 0  # the agent closed the pipe
+        (size,) = _HEADER.unpack(header)
+        body = _read_exact(stdin, size)
+        if body is None:
+            return 0
+        message = pickle.loads(body)
+        if message[0] == "env":
+            key, spec = message[1], message[2]
+            limits = RenderLimits(**spec["limits"])
+            overlay = {n: OverlayTemplate(src) for n, src in spec["overlay"].items()}
+            env = make_env(overlay, [Path(d) for d in spec["dirs"]], limits)
+            env.on_compiled = lambda name, info: send(("compiled", name, info))
+            envs[key] = (env, limits)
+            while len(envs) > _ENVS:
+                envs.popitem(last=False)
+            continue
+        key, op, args, timeout = message[1:]
+        if key not in envs:
+            send(("need", key))
+            continue
+        envs.move_to_end(key)
+        env, limits = envs[key]
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = math.ceil(used.ru_utime + used.ru_stime + timeout + grace) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+        try:
+            value = run(env, limits, op, args)
+        except TranslationError as exc:
+            retire = isinstance(exc.__cause__, MemoryError)
+            detail = exc.detail
+            if retire:
+                detail = f"limit: render memory limit exceeded ({max_memory // 2**20} MiB)"
+            send(("error", detail, exc.template, exc.line, exc.field, retire, _peak_kib()))
+            continue
+        except MemoryError:
+            name = args[0] if args else ""
+            detail = f"limit: render memory limit exceeded ({max_memory // 2**20} MiB)"
+            send(("error", detail, name, None, "", True, _peak_kib()))
+            continue
+        except Exception as exc:  # a bug here, not the template's: say so, keep serving
+            name = args[0] if args else ""
+            detail = f"render worker: {type(exc).__name__}: {exc}"
+            send(("error", detail, name, None, "", False, 0))
+            continue
+        send(("ok", value))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
