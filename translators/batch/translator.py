@@ -190,7 +190,7 @@ class BatchTranslator:
             try:
                 job = await self.api.get_job(s.job_id)
             except BackendNotFound:
-                body = self.renderer.render(
+                body = await self.renderer.arender(
                     s.job_template,
                     {
                         "job": {"id": s.job_id, "pool_id": s.pool_id, "node_name": self.node_name},
