@@ -324,7 +324,8 @@ class RenderPool:
         self._closed = False
         #: Workers killed or replaced so far (a stuck render, a memory limit, a crash).
         self.replaced = 0
-        #: Peak RSS (KiB) of the last worker that was killed or hit its memory limit.
+        #: Peak RSS (KiB) of the worker during the last render that failed (for logs and
+        #: benchmarks; each render starts its worker's peak afresh).
         self.last_peak_kib = 0
         # An unclosed pool stops its workers when it is collected (or at exit).
         self._finalizer = weakref.finalize(self, _close_all, self._idle)
@@ -422,6 +423,7 @@ class RenderPool:
                 result = worker.call(env, op, args, timeout=timeout)
             except TranslationError:
                 healthy = not worker.retire
+                self.last_peak_kib = worker.peak_kib
                 if worker.retire:
                     self._retired(worker, "hit its memory limit")
                 raise

@@ -57,6 +57,16 @@ def _vm_size() -> int:
     return 0
 
 
+def _reset_peak() -> None:
+    """Start this render's peak RSS (VmHWM) from the current RSS: the peak an error reports,
+    or the agent reads before it kills the worker, is this render's."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def _peak_kib() -> int:
     with open("/proc/self/status") as f:
         for text in f:
@@ -135,6 +145,7 @@ def main(argv: list[str]) -> int:
             continue
         envs.move_to_end(key)
         env, limits = envs[key]
+        _reset_peak()
         used = resource.getrusage(resource.RUSAGE_SELF)
         cpu = math.ceil(used.ru_utime + used.ru_stime + timeout + grace) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.getrlimit(resource.RLIMIT_CPU)[1]))
