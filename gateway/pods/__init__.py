@@ -1,2 +1,3 @@
-"""The backend-agnostic pod lifecycle: work queue, sync decisions, env/volume resolution,
-PodStatus mapping and writeback (see ``controller.PodController``)."""
+"""The backend-agnostic pod lifecycle: work queue, decisions (``decide`` → a plan → ``act``),
+env/volume resolution, PodStatus mapping and its one writer, the status manager (see
+``controller.PodController`` and docs/design/pod-sync.md)."""

@@ -3,9 +3,10 @@
     Reflector(/api/v1/pods, fieldSelector spec.nodeName=<node>) ──ns/name──▶ WorkQueue ──▶ N workers
       DELETED ─────────────────────────────────────────────GoneKey─────▶      │
     translator.changes()  (push, if the translator is a Notifier) ─┐          ▼
-    translator.list()     (ONE call per interval: the backstop)  ──┴─▶ sync.PodSync (decide, act,
-    RefCache.refresh()    (referenced ConfigMaps/Secrets changed) ───▶  write status, events)
-    templates_changed()   (Renderer.subscribe) ──▶ the pods that failed to translate, at once
+    translator.list()     (ONE call per interval: the backstop)  ──┴─▶ act.PodActor: decide.decide
+    RefCache.refresh()    (referenced ConfigMaps/Secrets changed) ───▶  → a plan → run it; statuses
+    templates_changed()   (Renderer.subscribe) ──▶ the pods that       through the status manager
+                                                    failed to translate, at once
 
 Startup order matters (docs/design/startup.md).  For "no duplicate submission after a restart":
 the pod cache syncs first, then ONE successful ``translator.list()`` indexes every existing
@@ -17,7 +18,11 @@ input": the workers start only once the node's start-up gate is open (``gateway.
 template ConfigMaps, the namespace team labels, and this controller's own two inputs above,
 ``inputs``), so no pod is rendered before its team's templates and label are loaded.
 
-The decisions per pod live in ``sync.PodSync``; this module owns the loops and the shared state.
+This module owns the loops and what they observe: the pod cache, the backend view (what the
+backend lists and streams, ``memory.BackendView``), the reference changes (``memory.RefVersions``)
+and the last object of each pod gone from the API.  What to do about a pod is decided in
+``decide`` and done in ``act``; its status is written by ``statusmanager`` — none of them calls
+back into this module (docs/design/pod-sync.md).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,10 +43,15 @@ from gateway.kube.errors import ApiError
 from gateway.kube.events import EventRecorder
 from gateway.kube.reflector import Reflector
 from gateway.metrics import Metrics
+from gateway.pods import status as st
+from gateway.pods.act import PodActor
+from gateway.pods.decide import Node
 from gateway.pods.keys import GoneKey, PodKey, QueueKey
+from gateway.pods.memory import BackendView, RefVersions, uid_of
+from gateway.pods.plan import Defer, Retry
 from gateway.pods.queue import ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
-from gateway.pods.sync import Deferred, PodState, PodSync, Retry, pod_key
+from gateway.pods.statusmanager import StatusManager
 from gateway.pods.teams import NamespaceTeams
 from gateway.pods.translation import TranslationRetries
 from translators.base import (
@@ -57,10 +68,6 @@ from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger("gateway.pods")
 
-#: A workload missing from the backend list this long after we submitted it is "lost" even if
-#: its pod never reached Running (docs/design/kubelet-contract.md, "Lifecycle":
-#: "Running or older than ~1 min").
-LOST_AFTER = 60.0
 #: Earliest next list after a "kick" (e.g. a delete): kicks within this window coalesce.
 MIN_LIST_SPACING = 0.5
 #: Reconcile interval while some pod waits for its backend workload to stop.
@@ -114,9 +121,24 @@ class PodController:
         self.refs = RefCache(
             kube, clock=self.clock, refresh_interval=ps.config_refresh_interval, teams=teams
         )
-        self.state = PodState()
+        #: What the backend has, per pod uid (the lists and the change stream below; ``act``
+        #: writes the backend's answers to its own requests through).
+        self.view = BackendView()
+        #: How often each pod's referenced ConfigMaps/Secrets changed.
+        self.refs_changed = RefVersions()
+        #: Cleanup key → the pod's last object (None for an orphan), until its cleanup is done.
+        self._gone: dict[GoneKey, Pod | None] = {}
+        self._stats: Counter[str] = Counter()
         #: Pods whose last sync failed to translate (policy in ``gateway.pods.translation``).
         self.translation = TranslationRetries(clock=self.clock, rng=self._rng)
+        #: The one writer of PodStatus.
+        self.status = StatusManager(
+            kube,
+            events,
+            clock=self.clock,
+            backend=translator.kind,
+            host_ip=host_ip,
+        )
         resolver = Resolver(
             self.refs,
             features=translator.features,
@@ -127,20 +149,25 @@ class PodController:
             enable_service_links=ps.enable_service_links,
             teams=settings.templates.teams,
         )
-        self.sync = PodSync(
+        self.actor = PodActor(
+            translator,
             kube=kube,
-            translator=translator,
             events=events,
+            status=self.status,
             resolver=resolver,
-            state=self.state,
+            translation=self.translation,
+            view=self.view,
+            refs=self.refs_changed,
+            pods=self.reflector,
             queue=self.queue,
             clock=self.clock,
-            host_ip=host_ip,
-            max_retries=ps.max_retries,
-            backoff_max=ps.backoff_max,
-            kick=self.kick_reconcile,
-            lookup=self.get_pod_by_key,
-            translation=self.translation,
+            node=Node(
+                name=self.node_name,
+                backend=translator.kind,
+                max_retries=ps.max_retries,
+                backoff_max=ps.backoff_max,
+                ephemeral_containers="ephemeralContainers" in translator.features.pod_features,
+            ),
         )
         self.ready = asyncio.Event()
         #: Set once the first backend list succeeded (adoption done).
@@ -160,7 +187,6 @@ class PodController:
         self.gate = gate or InputsGate(
             self.inputs, clock=self.clock, timeout=ps.inputs_timeout, node=self.node_name
         )
-        self._kick = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_list = float("-inf")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -177,11 +203,15 @@ class PodController:
         return list(self.reflector.store.values())
 
     def finished(self, uid: str) -> bool:
-        return uid in self.state.finished
+        return self.actor.acts.finished(uid)
 
     @property
     def stats(self) -> Mapping[str, int]:
-        return self.state.stats
+        """Pod sync counters by name: this controller's, the actor's and the status manager's."""
+        out: Counter[str] = Counter()
+        for part in (self._stats, self.actor.acts.stats, self.status.stats):
+            out.update(part)
+        return out
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -228,16 +258,16 @@ class PodController:
         self._last_list = self.clock.monotonic()
         self._list_problem = ""
         adopted = orphans = 0
-        for st in states:
-            self.state.workloads[st.ref.uid] = st
-        by_uid = {self.state.uid_of(p): p for p in self.reflector.store.values()}
-        for st in states:
-            pod = by_uid.get(st.ref.uid)
+        for state in states:
+            self.view.observe(state)
+        by_uid = {uid_of(p): p for p in self.reflector.store.values()}
+        for state in states:
+            pod = by_uid.get(state.ref.uid)
             if pod is not None:
-                self.state.adopt(pod, st, submitted_at=self._created_at(pod))
+                self.actor.adopt(pod, submitted_at=self._created_at(pod))
                 adopted += 1
-            elif self._ours(st):
-                self._queue_delete(GoneKey(PodKey(st.ref.key), st.ref.uid), None)
+            elif self._ours(state):
+                self._queue_delete(GoneKey(PodKey(state.ref.key), state.ref.uid), None)
                 orphans += 1
         self.listed.set()
         # The one gate: no pod is rendered before every input rendering reads has loaded.
@@ -273,7 +303,9 @@ class PodController:
             return
         self._blocked = message
         for pod in list(self.reflector.store.values()):
-            await self.sync.event(pod, "Warning", "BackendListFailed", message)
+            await self.events.record(
+                pod, type="Warning", reason="BackendListFailed", message=message
+            )
 
     def _created_at(self, pod: Pod) -> float:
         """The pod's creation time on the monotonic clock (how old an adopted workload is)."""
@@ -283,35 +315,35 @@ class PodController:
         age = (self.clock.now() - parse_rfc3339(str(created))).total_seconds()
         return self.clock.monotonic() - max(0.0, age)
 
-    def _ours(self, st: WorkloadState) -> bool:
-        return not st.node_name or st.node_name == self.node_name
+    def _ours(self, state: WorkloadState) -> bool:
+        return not state.node_name or state.node_name == self.node_name
 
     # -- inputs ------------------------------------------------------------------------------
 
     async def _on_pod_event(self, etype: str, obj: Pod, old: Pod | None) -> None:
-        key = pod_key(obj)
-        uid = self.state.uid_of(obj)
+        key = PodKey.of(obj)
+        uid = uid_of(obj)
         if etype == "DELETED":
             self.refs.untrack(key)
             self.translation.forget(key, uid)
             self._queue_delete(GoneKey(key, uid), old or obj)
             return
-        if old is not None and self.state.uid_of(old) != uid:
+        if old is not None and uid_of(old) != uid:
             # replaced under the same name while we were not watching
-            self._queue_delete(GoneKey(key, self.state.uid_of(old)), old)
+            self._queue_delete(GoneKey(key, uid_of(old)), old)
         self.refs.track(key, references(obj))
-        if self.state.is_own_echo(obj):
+        if self.status.is_own_echo(obj):
             return  # the watch echo of our own status write: nothing new
         self.queue.add(key)
 
     def _queue_delete(self, key: GoneKey, pod: Pod | None) -> None:
-        self.state.gone[key] = pod
+        self._gone[key] = pod
         self.queue.add(key)
 
     def _on_refs_changed(self, key: str) -> None:
         pod = self.reflector.store.get(key)
         if pod is not None:
-            self.state.refs_changed.add(self.state.uid_of(pod))
+            self.refs_changed.changed(uid_of(pod))
             self.queue.add(PodKey(key))
 
     def templates_changed(self) -> None:
@@ -334,17 +366,13 @@ class PodController:
         retried = 0
         for key, uid in failing.items():
             pod = self.reflector.store.get(key)
-            if pod is None or self.state.uid_of(pod) != uid:
+            if pod is None or uid_of(pod) != uid:
                 self.translation.forget(key, uid)
                 continue
             self.queue.add(PodKey(key))
             retried += 1
         if retried:
             log.info("templates changed: retrying %d pod(s) that failed to translate", retried)
-
-    def kick_reconcile(self) -> None:
-        """Ask for an early backend list (coalesced), e.g. right after a delete."""
-        self._kick.set()
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -358,17 +386,23 @@ class PodController:
             result = "error"
             try:
                 if isinstance(key, GoneKey):
-                    await self.sync.cleanup(key)
+                    outcome = await self.actor.cleanup(key, self._gone.get(key))
+                    self._gone.pop(key, None)
+                    self.refs_changed.forget(key.uid)
                 else:
-                    await self.sync.sync(key)
-                self.queue.forget(key)
-                result = "ok"
-            except Retry as r:
-                result = "deferred" if isinstance(r, Deferred) else "retry"
-                if r.delay is not None:
-                    self.queue.add(key, delay=r.delay)
+                    outcome = await self.actor.sync(key)
+                if isinstance(outcome, Defer):
+                    result = "deferred"
+                    self.queue.add(key, delay=outcome.after)
+                elif isinstance(outcome, Retry):
+                    result = "retry"
+                    if outcome.after is not None:
+                        self.queue.add(key, delay=outcome.after)
+                    else:
+                        self.queue.retry(key, retry_after=outcome.retry_after)
                 else:
-                    self.queue.retry(key, retry_after=r.retry_after)
+                    result = "ok"
+                    self.queue.forget(key)
             except ApiError as exc:
                 delay = self.queue.retry(key, retry_after=exc.retry_after)
                 log.warning("sync %s: API error %s; retry in %.1fs", key, exc, delay)
@@ -391,24 +425,24 @@ class PodController:
     async def _reconcile_loop(self) -> None:
         while True:
             interval = self.reconcile_interval
-            if self.state.delete_requested:
+            if self.actor.acts.stopping():
                 # a graceful delete is waiting for the backend to finish: look more often, so
                 # the final delete follows the backend's confirmation closely.
                 interval = min(interval, DELETING_INTERVAL)
             wait = interval - (self.clock.monotonic() - self._last_list)
             if wait > 0:
-                kicked = asyncio.ensure_future(self._kick.wait())
+                kicked = asyncio.ensure_future(self.view.refresh.wait())
                 sleeper = asyncio.ensure_future(self.clock.sleep(wait))
                 try:
                     await asyncio.wait({kicked, sleeper}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     kicked.cancel()
                     sleeper.cancel()
-                if self._kick.is_set():
+                if self.view.refresh.is_set():
                     spacing = MIN_LIST_SPACING - (self.clock.monotonic() - self._last_list)
                     if spacing > 0:
                         await self.clock.sleep(spacing)
-            self._kick.clear()
+            self.view.refresh.clear()
             try:
                 await self.reconcile_once()
             except asyncio.CancelledError:
@@ -423,41 +457,30 @@ class PodController:
         started = self.clock.monotonic()
         self._last_list = started
         states = await self.translator.list()
-        self.state.stats["lists"] += 1
-        listed = {st.ref.uid: st for st in states}
-        pods = {self.state.uid_of(p): p for p in self.reflector.store.values()}
-        for uid, st in listed.items():
+        self._stats["lists"] += 1
+        listed = {state.ref.uid: state for state in states}
+        pods = {uid_of(p): p for p in self.reflector.store.values()}
+        submissions = self.actor.acts
+        for uid, state in listed.items():
             pod = pods.get(uid)
             if pod is None:
-                if self._ours(st) and not self.state.submitted_since(uid, started):
-                    self.state.workloads[uid] = st
-                    gone = GoneKey(PodKey(st.ref.key), uid)
+                if self._ours(state) and not submissions.submitted_since(uid, started):
+                    self.view.observe(state)
+                    gone = GoneKey(PodKey(state.ref.key), uid)
                     if gone not in self.queue:
-                        self._queue_delete(gone, self.state.gone.get(gone))
+                        self._queue_delete(gone, self._gone.get(gone))
                 continue
-            if self.state.workloads.get(uid) != st:
-                self.state.workloads[uid] = st
-                self.queue.add(pod_key(pod))
+            if self.view.observe(state):
+                self.queue.add(PodKey.of(pod))
         for uid, pod in pods.items():
-            if uid in listed or uid not in self.state.workloads:
+            if uid in listed or uid not in self.view:
                 continue
-            if self.state.submitted_since(uid, started):
+            if submissions.submitted_since(uid, started):
                 continue  # created while the list was in flight
-            self.state.workloads.pop(uid, None)
-            key = pod_key(pod)
-            meta = pod.get("metadata") or {}
-            phase = str((pod.get("status") or {}).get("phase", ""))
-            if meta.get("deletionTimestamp"):
-                self.queue.add(key)
-            elif phase in ("Succeeded", "Failed"):
-                continue
-            elif phase == "Running" or self.state.submitted_age(uid, self.clock) >= LOST_AFTER:
-                self.state.lost.add(uid)
-                self.queue.add(key)
-            else:
-                # Submitted moments ago (or Pending before a restart): create it again.
-                self.state.forget_submission(uid)
-                self.queue.add(key)
+            # vanished: what that means for the pod (lost, or created again) is decide's
+            self.view.vanish(uid)
+            if (pod.get("metadata") or {}).get("deletionTimestamp") or not st.is_terminal(pod):
+                self.queue.add(PodKey.of(pod))
 
     async def _notify_loop(self) -> None:
         assert isinstance(self.translator, Notifier)
@@ -465,16 +488,16 @@ class PodController:
         failures = 0
         while True:
             try:
-                async for st in self.translator.changes():
+                async for state in self.translator.changes():
                     failures = 0
-                    uid = st.ref.uid
-                    if self.state.workloads.get(uid) == st:
+                    uid = state.ref.uid
+                    if self.view.get(uid) == state:
                         continue
-                    pod = self.reflector.store.get(st.ref.key)
-                    if pod is None or self.state.uid_of(pod) != uid:
+                    pod = self.reflector.store.get(state.ref.key)
+                    if pod is None or uid_of(pod) != uid:
                         continue  # orphans are the reconcile's business
-                    self.state.workloads[uid] = st
-                    self.queue.add(PodKey(st.ref.key))
+                    self.view.observe(state)
+                    self.queue.add(PodKey(state.ref.key))
                 return
             except asyncio.CancelledError:
                 raise

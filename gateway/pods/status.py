@@ -641,6 +641,14 @@ def _all_terminated(pod: Pod, *, now: _dt.datetime, message: str) -> tuple[list[
     return out[0], out[1]
 
 
+def lost_message(backend: str) -> str:
+    """Why a pod whose workload vanished is Failed (its status message and Event)."""
+    return (
+        f"the {backend} backend no longer knows this pod's workload (it was lost or removed "
+        "outside vkgate); restartPolicy Never: it is not run again"
+    )
+
+
 def lost(
     pod: Pod,
     *,
@@ -655,10 +663,7 @@ def lost(
     exit code 137 and the same message."""
     if is_terminal(pod):
         return dict(pod.get("status") or {})
-    msg = message or (
-        f"the {backend} backend no longer knows this pod's workload (it was lost or removed "
-        "outside vkgate); restartPolicy Never: it is not run again"
-    )
+    msg = message or lost_message(backend)
     init_statuses, statuses = _all_terminated(pod, now=now, message=msg)
     return _render(
         pod,

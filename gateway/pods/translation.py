@@ -28,9 +28,9 @@ sync failed that way (Pending, reason ``TranslationFailed``) is therefore:
 A render that was in flight while the templates changed is retried at once too (it started
 under a stale ``generation``), so a change can never be lost to that race.
 
-This is the only place the rule lives: ``sync.PodSync`` asks ``hold()`` before it renders and
-``failed()`` what to do after a ``TranslationError``; ``PodController`` calls ``changed()`` on
-a template change.
+This is the only place the rule lives: ``act.PodActor`` asks ``hold()`` before a sync (``decide``
+holds the render while it says so) and ``failed()`` what to do after a ``TranslationError``;
+``PodController`` calls ``changed()`` on a template change.
 """
 
 from __future__ import annotations

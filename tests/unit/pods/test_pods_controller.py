@@ -14,7 +14,7 @@ from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 from gateway.config import Settings
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
-from gateway.pods.sync import FIRST_STATUS_DELAY
+from gateway.pods.statusmanager import FIRST_STATUS_DELAY
 from translators.simulated import SimulatedTranslator, fake_ip
 from vkgate_core.clock import FakeClock
 
@@ -193,12 +193,12 @@ async def test_a_workload_that_stops_within_the_delete_call_is_finished_at_once(
     h.kube.add(pod("quick-stop"))
     await run_for(h.clock, 3)
     assert h.ctl is not None
-    lists = h.ctl.state.stats["lists"]
+    lists = h.ctl.stats["lists"]
     h.kube.user_delete("quick-stop", grace=30)
     await run_for(h.clock, 0.25)
     assert h.kube.pod("quick-stop") is None
-    assert h.ctl.state.stats["lists"] == lists  # no list was needed to confirm the stop
-    assert h.ctl.state.stats["backend_deletes"] == 1  # nor a second delete after DELETED
+    assert h.ctl.stats["lists"] == lists  # no list was needed to confirm the stop
+    assert h.ctl.stats["backend_deletes"] == 1  # nor a second delete after DELETED
     [final] = [w for w in h.kube.writes if w[0] == "PATCH" and "status" in w[2]][-1:]
     [cs] = final[2]["status"]["containerStatuses"]
     assert cs["state"]["terminated"]["exitCode"] == 143  # the backend's own end, not "lost"

@@ -5,26 +5,23 @@ from __future__ import annotations
 from typing import Any, cast
 
 from gateway.kube.reflector import lean
-from gateway.pods.sync import ECHO_WINDOW, PodState, _changed_fields, _same_objects, snapshot
+from gateway.pods.memory import changed_fields, same_objects, snapshot
+from gateway.pods.statusmanager import ECHO_WINDOW, EchoMemory
 from vkgate_core.kubetypes import Pod
 
 
-def written_uids(state: PodState) -> list[str]:
-    return list(state.written)
+def written_uids(echo: EchoMemory) -> list[str]:
+    return echo.uids()
 
 
 def test_status_copies_are_dropped_once_past_the_echo_window() -> None:
-    from gateway.pods.sync import _Written
-
-    state = PodState()
+    echo = EchoMemory()
     for i in range(100):
-        state.remember_write(f"u{i}", float(i) * 0.01)
-        state.written[f"u{i}"] = _Written("1", {"phase": "Running"}, float(i) * 0.01)
-    assert len(state.written) == 100  # all within the window
-    state.remember_write("u5", ECHO_WINDOW + 0.5)  # 0.5 s later than the window of u0..u50
-    state.written["u5"] = _Written("2", {}, ECHO_WINDOW + 0.5)
-    assert written_uids(state)[0] == "u51" and written_uids(state)[-1] == "u5"
-    assert len(state.written) == 50
+        echo.remember(f"u{i}", "1", {"phase": "Running"}, at=float(i) * 0.01)
+    assert len(echo) == 100  # all within the window
+    echo.remember("u5", "2", {}, at=ECHO_WINDOW + 0.5)  # 0.5 s later than the window of u0..u50
+    assert written_uids(echo)[0] == "u51" and written_uids(echo)[-1] == "u5"
+    assert len(echo) == 50
 
 
 def pod(labels: dict[str, str] | None, image: str, phase: str) -> Pod:
@@ -46,15 +43,15 @@ def test_unchanged_parts_are_shared_between_versions_and_changes_are_still_seen(
     )
     assert v2["spec"] is v1["spec"] and v2["metadata"]["labels"] is v1["metadata"]["labels"]
     snap = snapshot(v1)
-    assert "status" not in snap and _same_objects(snap, v2)
+    assert "status" not in snap and same_objects(snap, v2)
     v3 = cast(
         Pod, lean(cast(dict[str, Any], pod(None, "img:1", "Running")), cast(dict[str, Any], v2))
     )
-    assert not _same_objects(snap, v3)  # labels removed: not the same objects
-    assert _changed_fields(snap, v3) == ["metadata.labels"]
+    assert not same_objects(snap, v3)  # labels removed: not the same objects
+    assert changed_fields(snap, v3) == ["metadata.labels"]
     v4 = cast(
         Pod,
         lean(cast(dict[str, Any], pod({"a": "1"}, "img:2", "Running")), cast(dict[str, Any], v2)),
     )
-    assert v4["spec"] is not v1["spec"] and not _same_objects(snap, v4)
-    assert _changed_fields(snap, v4) == ["spec.containers"]
+    assert v4["spec"] is not v1["spec"] and not same_objects(snap, v4)
+    assert changed_fields(snap, v4) == ["spec.containers"]
