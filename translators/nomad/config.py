@@ -116,6 +116,10 @@ class NomadConfig:
     """Job priority (1..100)."""
     template: str = "nomad/job.j2"
     """Job template (nomad/job.j2 = docker, nomad/raw_exec.j2 = raw_exec)."""
+    network_mode: str = "host"
+    """How a pod's job is networked: "host" (the client's address, each containerPort reserved
+    as the same static port), "bridge" or "cni/<name>" (an address per allocation, shared by
+    the pod's containers; docs/backends/nomad.md, "Pod networking")."""
     default_cpu: str = "100m"
     """CPU for a container without requests/limits (Kubernetes quantity)."""
     default_memory: str = "300Mi"
@@ -204,6 +208,9 @@ class NomadConfig:
 
 
 NAMESPACE_FROM_POD = ("", "same", "table")
+#: ``network_mode`` values: Nomad's group network modes vkgate renders (a CNI network's name is
+#: the ``name`` of a conflist in the client's ``cni_config_dir``).
+NETWORK_MODE = re.compile(r"host|bridge|cni/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def _check_namespace_mapping(cfg: NomadConfig) -> None:
@@ -296,6 +303,8 @@ def _coerce(key: str, value: Any) -> Any:
     value = coerce(_key(key), "str", value)
     if key in PATH_KEYS and "-----BEGIN" in value:
         raise _bad(key, "expected a file path, not PEM contents")
+    if key == "network_mode" and not NETWORK_MODE.fullmatch(value):
+        raise _bad(key, f'expected "host", "bridge" or "cni/<name>", got {value!r}')
     if key == "template" and not value.strip():
         raise _bad(key, "must name a template (e.g. nomad/job.j2 or nomad/raw_exec.j2)")
     if key == "address":

@@ -53,6 +53,15 @@ Nomad namespace: ``namespace_from_pod`` (``mapped_namespace``) pins a mapped pod
 ``vkgate.io/nomad-namespace`` annotation may only repeat that; an unmapped pod's annotation may
 name any allowed namespace; else ``namespace``.
 
+Networking (``network_mode``; docs/design/nomad.md, "Pod networking"): ``host`` (default)
+reserves each ``containerPort`` as the same static port on the client, so ``podIP`` (the
+client's address) ``:containerPort`` answers and a taken port keeps the pod Pending with Nomad's
+placement failure instead of moving it to a random port; ``bridge`` and ``cni/<name>`` give every
+job one group network of that mode — one network namespace and address per allocation, shared by
+the pod's containers — where only ``hostPort`` reserves anything on the client.  The mode is
+recorded in ``Meta["vkgate.network"]`` (absent: host); a ``status.podIP`` fieldRef is refused in
+the other modes (``refuse_pod_ip_references``).
+
 Volumes: ConfigMap, Secret, projected and downwardAPI files become task ``Templates`` with the
 content embedded (``EmbeddedTmpl``, delimiters chosen so they never occur in the content;
 non-UTF-8 files go through ``base64Decode``), written under ``local/vkgate/<volume>/`` or,
@@ -114,6 +123,9 @@ META_UID = "k8s.uid"
 META_CONTAINERS = "vkgate.containers"
 META_INIT = "vkgate.init_containers"
 META_SIDECARS = "vkgate.sidecars"
+#: The job's network mode when it is not ``host`` (absent: host, as every job before it had),
+#: so status mapping knows whether the allocation has an address of its own.
+META_NETWORK = "vkgate.network"
 
 SELECTOR_MAP = {
     "kubernetes.io/arch": "${attr.cpu.arch}",
@@ -232,32 +244,91 @@ def port_label(port: Mapping[str, Any], taken: set[str]) -> str:
 
 
 def networks(
-    containers: Sequence[ResolvedContainer],
+    containers: Sequence[ResolvedContainer], *, mode: str = "host"
 ) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """Group ``Networks`` and the port labels each task exposes."""
-    dynamic: list[dict[str, Any]] = []
+    """Group ``Networks`` and the port labels each task exposes (docs/design/nomad.md, "Pod
+    networking").
+
+    ``host``: the pod has the client's address, so each ``containerPort`` is reserved as the
+    same static port (``ReservedPorts {Value: containerPort, To: containerPort}``): Nomad then
+    places the pod only where that port is free, and ``podIP:containerPort`` answers.  A
+    ``hostPort`` other than its ``containerPort`` cannot be honoured (the pod has no address of
+    its own to put the container port on) and is refused, as Kubernetes refuses it for
+    ``hostNetwork`` pods.  No port: no network block (Nomad's default, host).
+
+    ``bridge`` / ``cni/<name>``: always one network of that mode, so the allocation gets its own
+    network namespace shared by the pod's containers (localhost between them) and its own
+    address; a ``containerPort`` needs nothing on the client.  A ``hostPort`` is a
+    ``ReservedPorts {Value: hostPort, To: containerPort}`` entry that Nomad maps from the
+    client's address into the allocation, as a kubelet's hostPort does.
+
+    A port number declared twice in one pod (e.g. 53/TCP and 53/UDP) is one reservation: Nomad
+    reserves numbers, not protocols.
+    """
+    own_network = mode != "host"
     reserved: list[dict[str, Any]] = []
     labels: dict[str, list[str]] = {}
+    by_value: dict[int, str] = {}
     taken: set[str] = set()
     for c in containers:
-        for p in c.spec.get("ports", []) or []:
+        for i, p in enumerate(c.spec.get("ports", []) or []):
             if not p.get("containerPort"):
                 continue
-            label = port_label(p, taken)
-            labels.setdefault(c.name, []).append(label)
-            entry: dict[str, Any] = {"Label": label, "To": int(p["containerPort"])}
-            if p.get("hostPort"):
-                reserved.append({"Label": label, "Value": int(p["hostPort"]), "To": entry["To"]})
-            else:
-                dynamic.append(entry)
-    if not dynamic and not reserved:
+            container_port = int(p["containerPort"])
+            host_port = int(p.get("hostPort") or 0)
+            if own_network and not host_port:
+                continue
+            if not own_network and host_port and host_port != container_port:
+                raise UnsupportedError(
+                    f"hostPort {host_port} differs from containerPort {container_port}: with "
+                    'backend.nomad.network_mode = "host" the pod has its client\'s address, so '
+                    "each containerPort is reserved there as the same port (set hostPort to "
+                    'the containerPort or leave it out, or use network_mode = "bridge")',
+                    reason="UnsupportedPodFeature",
+                    field=f"spec.containers[{c.name}].ports[{i}].hostPort",
+                )
+            value = host_port or container_port
+            label = by_value.get(value)
+            if label is None:
+                label = by_value[value] = port_label(p, taken)
+                reserved.append({"Label": label, "Value": value, "To": container_port})
+            if label not in labels.setdefault(c.name, []):
+                labels[c.name].append(label)
+    if not own_network and not reserved:
         return [], labels
-    net: dict[str, Any] = {"Mode": "host"}
-    if dynamic:
-        net["DynamicPorts"] = dynamic
+    net: dict[str, Any] = {"Mode": mode}
     if reserved:
         net["ReservedPorts"] = reserved
     return [net], labels
+
+
+def refuse_pod_ip_references(containers: Iterable[ResolvedContainer], *, mode: str) -> None:
+    """With an allocation address (``bridge``/``cni``) a ``status.podIP`` fieldRef cannot be
+    resolved: the address exists only once the client sets up the network, and Nomad has no task
+    variable for it (``literal.POD_IP_SENTINEL`` can only become the client's address).  The pod
+    is refused with the field named rather than given a wrong address."""
+    if mode == "host":
+        return
+    why = (
+        f"status.podIP is not known before Nomad places the pod with backend.nomad.network_mode"
+        f" = {mode!r} (the allocation's address is assigned on the client and Nomad has no task"
+        " variable for it)"
+    )
+    for c in containers:
+        for e in c.env:
+            if literal.POD_IP_SENTINEL in e.value:
+                raise UnsupportedError(
+                    f"{why}; env {e.name} refers to it",
+                    reason="UnsupportedPodFeature",
+                    field=f"spec.containers[{c.name}].env[{e.name}]",
+                )
+        for what, values in (("command", c.command), ("args", c.args)):
+            if any(literal.POD_IP_SENTINEL in v for v in values):
+                raise UnsupportedError(
+                    f"{why}; {what} refers to it",
+                    reason="UnsupportedPodFeature",
+                    field=f"spec.containers[{c.name}].{what}",
+                )
 
 
 # --------------------------------------------------------------------------- constraints
@@ -498,7 +569,8 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
     names = [c.name for c in containers]
     if len(set(names)) != len(names):
         raise TranslationError("container names must be unique", field="spec.containers")
-    nets, labels = networks(containers)
+    refuse_pod_ip_references(containers, mode=cfg.network_mode)
+    nets, labels = networks(containers, mode=cfg.network_mode)
     volumes = {v.name: v for v in pod.volumes}
     grace = spec.get("terminationGracePeriodSeconds")
     kill_timeout = int((30 if grace is None else int(grace)) * NS)
@@ -554,6 +626,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             META_CONTAINERS: ",".join(c.name for c in pod.containers),
             META_INIT: ",".join(c.name for c in pod.init_containers),
             META_SIDECARS: ",".join(c.name for c in pod.init_containers if c.role == "sidecar"),
+            **({META_NETWORK: cfg.network_mode} if cfg.network_mode != "host" else {}),
         },
         "constraints": constraints(spec.get("nodeSelector", {}) or {}, node_class=cfg.node_class),
         "networks": nets,

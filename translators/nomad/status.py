@@ -60,6 +60,7 @@ from translators.nomad.jobs import (
     META_INIT,
     META_NAME,
     META_NAMESPACE,
+    META_NETWORK,
     META_NODE,
     META_SIDECARS,
     META_UID,
@@ -108,6 +109,13 @@ class JobView:
     allocs: dict[str, JSON] = field(default_factory=dict)
     #: Nomad's placement failure text, when the scheduler could not place the allocation.
     placement: str = ""
+    #: The job's group network mode (``Meta["vkgate.network"]``, else ``host``).
+    network_mode: str = "host"
+
+    @property
+    def own_address(self) -> bool:
+        """True when each allocation has an address of its own (bridge / CNI networking)."""
+        return self.network_mode != "host"
 
     @classmethod
     def from_job(cls, job: Mapping[str, Any], *, region: str = "") -> JobView:
@@ -126,6 +134,7 @@ class JobView:
             containers=_names(meta.get(META_CONTAINERS, "")),
             init_containers=_names(meta.get(META_INIT, "")),
             sidecars=_names(meta.get(META_SIDECARS, "")),
+            network_mode=meta.get(META_NETWORK) or "host",
             status=str(job.get("Status") or "pending"),
             stop=bool(job.get("Stop")),
             modify_index=int(job.get("ModifyIndex") or 0),
@@ -447,20 +456,25 @@ def container_state(
 # --------------------------------------------------------------------------- pod
 
 
-def pod_ip(alloc: Mapping[str, Any], host_ip: str) -> str:
-    """The allocation's own address when it has one, else its client's (``host_ip``).
+def pod_ip(alloc: Mapping[str, Any], host_ip: str, *, own_address: bool = False) -> str:
+    """The pod's address: the allocation's own (``own_address``: bridge / CNI networking),
+    else its client's (``host_ip``).
 
-    Host networking (vkgate's templates): the ports' ``HostIP`` / the group network's ``IP``,
-    both the client's address, else ``host_ip``.  Bridge or CNI networking gives the
-    allocation an address of its own, ``NetworkStatus.Address``; only full allocations carry it
-    (``GET /v1/allocation/:id`` and the event stream's payloads, which ``views.merge_alloc``
-    keeps when a later list stub lacks it).  The ``status.podIP`` fieldRef placeholder names
-    the client's address (``literal.py``): a bridge-mode template must change that too, or the
-    env and ``podIP`` disagree.
+    Bridge or CNI networking gives the allocation an address of its own,
+    ``NetworkStatus.Address``; only full allocations carry it (``GET /v1/allocation/:id`` and
+    the event stream's payloads, which ``views.merge_alloc`` keeps when a later list stub lacks
+    it; the translator fetches it when neither brought it).  Until it is known the pod has no
+    address: the client's would name a place where the pod's ports do not answer.
+
+    Host networking: the ports' ``HostIP`` / the group network's ``IP``, both the client's
+    address, else ``host_ip``.  The ``status.podIP`` fieldRef placeholder names the client's
+    address too (``literal.py``).
     """
     net = alloc.get("NetworkStatus") or {}
     if net.get("Address"):
         return str(net["Address"])
+    if own_address:
+        return ""
     shared = (alloc.get("AllocatedResources") or {}).get("Shared") or {}
     for port in shared.get("Ports") or []:
         if port.get("HostIP"):
@@ -469,6 +483,15 @@ def pod_ip(alloc: Mapping[str, Any], host_ip: str) -> str:
         if network.get("IP"):
             return str(network["IP"])
     return host_ip
+
+
+def needs_address(view: JobView) -> JSON | None:
+    """The newest allocation when it runs with an address of its own that no payload brought
+    (a backstop list returns stubs without ``NetworkStatus``), else None."""
+    alloc = view.newest()
+    if alloc is None or not view.own_address or alloc.get("ClientStatus") != "running":
+        return None
+    return None if (alloc.get("NetworkStatus") or {}).get("Address") else alloc
 
 
 def _job_lives(view: JobView) -> bool:
@@ -576,7 +599,7 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         reason=reason,
         message=message,
         placed=True,
-        pod_ip=pod_ip(alloc, host_ip),
+        pod_ip=pod_ip(alloc, host_ip, own_address=view.own_address),
         host_ip=host_ip,
         started_at=parse_time(alloc.get("CreateTime")),
         containers=main_states,

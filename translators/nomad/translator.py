@@ -80,7 +80,13 @@ from translators.nomad.logs import LogReader, LogTarget
 from translators.nomad.metrics import NomadMetrics
 from translators.nomad.notifier import ChangeFeed
 from translators.nomad.runs import Runs, last_terminated
-from translators.nomad.status import JobView, parse_time, placement_from, workload_state
+from translators.nomad.status import (
+    JobView,
+    needs_address,
+    parse_time,
+    placement_from,
+    workload_state,
+)
 from translators.nomad.views import JobBook, Key, merge_alloc, view_key
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.retry import NO_RETRY
@@ -173,6 +179,8 @@ class NomadTranslator:
         self._runs = Runs()
         self._sizing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._node_ips: dict[str, str] = {}
+        #: (allocation, ModifyIndex) fetched whole for its own address (``_fill_addresses``).
+        self._address_fetched: set[tuple[str, int]] = set()
         #: (region, namespace param) scopes listed at least once: the job book knows their jobs.
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
@@ -294,6 +302,29 @@ class NomadTranslator:
         if unknown:
             with contextlib.suppress(BackendError):
                 await self._nodes()
+        await self._fill_addresses(views)
+
+    async def _fill_addresses(self, views: Sequence[JobView]) -> None:
+        """The allocation's own address (bridge / CNI) where only a stub was seen: one
+        ``GET /v1/allocation/:id`` per running allocation, until one carries it
+        (``status.pod_ip``)."""
+        for view in views:
+            alloc = needs_address(view)
+            if alloc is None:
+                continue
+            seen = (str(alloc.get("ID")), int(alloc.get("ModifyIndex") or 0))
+            if seen in self._address_fetched:
+                continue
+            with contextlib.suppress(BackendError):
+                full = await self.client.get(
+                    f"/allocation/{seen[0]}", namespace=view.namespace, region=view.region
+                )
+                if isinstance(full, dict):
+                    full.pop("Job", None)
+                    merge_alloc(view, full)
+                    if len(self._address_fetched) > 10_000:
+                        self._address_fetched.clear()
+                    self._address_fetched.add(seen)
 
     async def _placement(self, view: JobView) -> None:
         """Nomad's reason when the job has no allocation (blocked/failed placement)."""

@@ -3,7 +3,8 @@
 * ``pods/*.yaml`` (a Pod plus the ConfigMaps/Secrets it references) → ``pods/*.json``: the
   ``POST /v1/jobs`` body, rendered through the packaged templates exactly as ``create`` sends
   it (the pod is resolved by the gateway's own offline resolver).  A pod the backend refuses
-  produces ``{"error": …}`` instead.
+  produces ``{"error": …}`` instead.  ``raw-exec-*`` cases render ``nomad/raw_exec.j2``,
+  ``bridge-*`` cases ``network_mode = "bridge"``.
 * ``states/*.nomad.json`` (job stub + allocations + evaluations as the Nomad API returned
   them — captured from a real ``nomad agent -dev`` 1.11.3, or derived from such a capture where
   a dev agent cannot produce the situation; ``note`` says which) → ``states/*.status.json``:
@@ -83,6 +84,8 @@ def test_pod_renders_to_expected_nomad_job(
     settings = dict(SETTINGS)
     if golden_case.name.startswith("raw-exec"):
         settings["template"] = "nomad/raw_exec.j2"
+    if golden_case.name.startswith("bridge-"):
+        settings["network_mode"] = "bridge"
     inputs = parse_inputs(golden_case.read_text(), source=golden_case.name)
     resolved = resolve(inputs, node_name=NODE, features=NomadTranslator.features, backend="nomad")
     assert resolved.pod is not None and not resolved.errors, resolved.errors

@@ -111,3 +111,15 @@ def test_allowed_namespaces_and_regions_include_the_configured_one() -> None:
 def test_an_empty_template_setting_is_a_config_error(value: str) -> None:
     with pytest.raises(SettingsError, match=r"backend\.nomad\.template: must name a template"):
         NomadConfig.from_settings({"template": value}, environ={})
+
+
+@pytest.mark.parametrize("value", ["host", "bridge", "cni/vknet", "cni/a.b-c_1"])
+def test_network_mode_takes_nomads_group_modes(value: str) -> None:
+    assert NomadConfig.from_settings({"network_mode": value}, environ={}).network_mode == value
+    assert NomadConfig.from_settings({}, environ={}).network_mode == "host"
+
+
+@pytest.mark.parametrize("value", ["none", "cni/", "cni", "Bridge", "cni/a b", "container:x"])
+def test_a_network_mode_vkgate_cannot_render_is_a_config_error(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"backend\.nomad\.network_mode: expected"):
+        NomadConfig.from_settings({"network_mode": value}, environ={})

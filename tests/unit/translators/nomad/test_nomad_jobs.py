@@ -39,6 +39,7 @@ from translators.nomad.jobs import (
     restart_policy,
     task_volumes,
 )
+from translators.nomad.literal import POD_IP_SENTINEL
 from translators.rendering import Renderer
 
 CFG = NomadConfig.from_settings({}, environ={})
@@ -133,30 +134,114 @@ def test_extended_resources_become_devices(resource: str, device: str | None) ->
 # -- ports and constraints ---------------------------------------------------------------
 
 
-def test_ports_become_unique_sanitized_labels() -> None:
-    c1 = ResolvedContainer(
-        name="a",
-        image="x",
-        spec={
-            "ports": [
-                {"name": "http", "containerPort": 80},
-                {"containerPort": 81, "hostPort": 8081},
-            ]
-        },
-    )
-    c2 = ResolvedContainer(
-        name="b", image="x", spec={"ports": [{"name": "http", "containerPort": 90}]}
-    )
+def _ports(name: str, *ports: dict[str, Any]) -> ResolvedContainer:
+    return ResolvedContainer(name=name, image="x", spec={"ports": list(ports)})
+
+
+def test_host_mode_reserves_each_container_port_as_the_same_static_port() -> None:
+    """Host networking: podIP is the client's address, so containerPort must be the port on
+    it — static, never a dynamic port Nomad picks and reports nowhere."""
+    c1 = _ports("a", {"name": "http", "containerPort": 80}, {"containerPort": 81, "hostPort": 81})
+    c2 = _ports("b", {"name": "http", "containerPort": 90})
     nets, labels = networks((c1, c2))
     assert labels == {"a": ["http", "p81"], "b": ["http_2"]}
     assert nets == [
         {
             "Mode": "host",
-            "DynamicPorts": [{"Label": "http", "To": 80}, {"Label": "http_2", "To": 90}],
-            "ReservedPorts": [{"Label": "p81", "Value": 8081, "To": 81}],
+            "ReservedPorts": [
+                {"Label": "http", "Value": 80, "To": 80},
+                {"Label": "p81", "Value": 81, "To": 81},
+                {"Label": "http_2", "Value": 90, "To": 90},
+            ],
         }
     ]
     assert networks((ResolvedContainer(name="c", image="x"),)) == ([], {})
+
+
+def test_host_mode_refuses_a_host_port_other_than_its_container_port() -> None:
+    c = _ports("a", {"containerPort": 80}, {"containerPort": 81, "hostPort": 8081})
+    with pytest.raises(UnsupportedError) as err:
+        networks((c,))
+    assert err.value.field == "spec.containers[a].ports[1].hostPort"
+    assert err.value.reason == "UnsupportedPodFeature"
+    assert "8081" in str(err.value) and 'network_mode = "bridge"' in str(err.value)
+
+
+def test_one_port_number_twice_in_a_pod_is_one_reservation() -> None:
+    """53/TCP and 53/UDP (or two containers declaring one port): Nomad reserves numbers, and a
+    job reserving one twice would collide with itself."""
+    dns = _ports(
+        "dns",
+        {"name": "dns-tcp", "containerPort": 53},
+        {"name": "dns-udp", "containerPort": 53, "protocol": "UDP"},
+    )
+    probe = _ports("probe", {"containerPort": 53})
+    nets, labels = networks((dns, probe))
+    assert nets[0]["ReservedPorts"] == [{"Label": "dns_tcp", "Value": 53, "To": 53}]
+    assert labels == {"dns": ["dns_tcp"], "probe": ["dns_tcp"]}
+
+
+@pytest.mark.parametrize("mode", ["bridge", "cni/vknet"])
+def test_own_network_modes_give_every_pod_a_group_network_and_only_host_ports(mode: str) -> None:
+    """Bridge / CNI: the allocation's own namespace is the pod's (shared localhost), so even a
+    pod without ports gets the group network; containerPorts need nothing on the client, and
+    a hostPort is mapped from the client's address to the containerPort."""
+    c = _ports(
+        "a", {"name": "http", "containerPort": 8080}, {"containerPort": 8443, "hostPort": 443}
+    )
+    nets, labels = networks((c,), mode=mode)
+    assert nets == [{"Mode": mode, "ReservedPorts": [{"Label": "p8443", "Value": 443, "To": 8443}]}]
+    assert labels == {"a": ["p8443"]}
+    assert networks((ResolvedContainer(name="c", image="x"),), mode=mode) == (
+        [{"Mode": mode}],
+        {},
+    )
+
+
+@pytest.mark.parametrize(
+    ("container", "field"),
+    [
+        (
+            ResolvedContainer(
+                name="app", image="x", env=(EnvVar("MY_IP", f"ip={POD_IP_SENTINEL}"),)
+            ),
+            "spec.containers[app].env[MY_IP]",
+        ),
+        (
+            ResolvedContainer(name="app", image="x", args=("--bind", POD_IP_SENTINEL)),
+            "spec.containers[app].args",
+        ),
+    ],
+)
+def test_bridge_mode_refuses_a_pod_ip_fieldref_naming_the_field(
+    container: ResolvedContainer, field: str
+) -> None:
+    bridge = NomadConfig.from_settings({"network_mode": "bridge"}, environ={})
+    with pytest.raises(UnsupportedError) as err:
+        render_job(
+            pod(containers=(container,)),
+            renderer=Renderer(),
+            cfg=bridge,
+            settings={},
+            factor=1000.0,
+        )
+    assert err.value.field == field
+    assert "status.podIP" in str(err.value) and "'bridge'" in str(err.value)
+    # host mode: the same pod renders, the placeholder becoming the client's address
+    job = render_job(
+        pod(containers=(container,)), renderer=Renderer(), cfg=CFG, settings={}, factor=1000.0
+    )
+    assert "${attr.unique.network.ip-address}" in json.dumps(job)
+
+
+def test_bridge_mode_is_recorded_in_meta_and_host_mode_is_not() -> None:
+    bridge = NomadConfig.from_settings({"network_mode": "bridge"}, environ={})
+    args = dict(renderer=Renderer(), settings={}, factor=1000.0)
+    job = render_job(pod(), cfg=bridge, **args)["Job"]
+    assert job["Meta"]["vkgate.network"] == "bridge"
+    assert job["TaskGroups"][0]["Networks"] == [{"Mode": "bridge"}]
+    plain = render_job(pod(), cfg=CFG, **args)["Job"]
+    assert "vkgate.network" not in plain["Meta"] and plain["TaskGroups"][0]["Networks"] == []
 
 
 def test_node_selector_keys_map_to_nomad_targets() -> None:

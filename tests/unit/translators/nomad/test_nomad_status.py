@@ -12,6 +12,7 @@ from translators.base import Phase, PodRef
 from translators.nomad.status import (
     JobView,
     container_state,
+    needs_address,
     parse_time,
     placement_from,
     placement_text,
@@ -204,3 +205,34 @@ def test_pod_ip_is_the_allocations_own_address_else_its_clients(
     alloc: dict[str, Any], expected: str
 ) -> None:
     assert pod_ip(alloc, "198.51.100.21") == expected
+
+
+def test_a_bridge_job_has_its_allocations_address_and_none_before_it_is_known() -> None:
+    """Bridge / CNI (``Meta["vkgate.network"]``): the client's address is where the pod's
+    container ports do not answer, so the pod has no address until ``NetworkStatus`` names
+    the allocation's; host jobs (no such key, like every job before it) keep the client's."""
+    job = {"ID": "j", "Meta": {"k8s.name": "web", "vkgate.network": "bridge"}}
+    v = JobView.from_job(job)
+    assert v.network_mode == "bridge" and v.own_address
+    stub = {"ID": "a", "NodeID": "c1", "ClientStatus": "running"}
+    stub["AllocatedResources"] = {"Shared": {"Ports": [{"Label": "p", "HostIP": "198.51.100.21"}]}}
+    v.allocs["a"] = dict(stub)
+    ips = {"c1": "198.51.100.21"}
+    st = workload_state(v, node_ips=ips)
+    assert (st.host_ip, st.pod_ip) == ("198.51.100.21", "")
+    assert needs_address(v) is v.allocs["a"]
+    v.allocs["a"]["NetworkStatus"] = {"InterfaceName": "eth0", "Address": "203.0.113.7"}
+    st = workload_state(v, node_ips=ips)
+    assert (st.host_ip, st.pod_ip) == ("198.51.100.21", "203.0.113.7")
+    assert needs_address(v) is None
+    host = JobView.from_job({"ID": "h", "Meta": {"k8s.name": "web"}})
+    host.allocs["a"] = dict(stub)
+    assert host.network_mode == "host" and needs_address(host) is None
+    assert workload_state(host, node_ips=ips).pod_ip == "198.51.100.21"
+
+
+@pytest.mark.parametrize("client_status", ["pending", "complete", "failed", "lost"])
+def test_only_a_running_allocation_is_fetched_for_its_address(client_status: str) -> None:
+    v = JobView.from_job({"ID": "j", "Meta": {"vkgate.network": "cni/vknet"}})
+    v.allocs["a"] = {"ID": "a", "ClientStatus": client_status}
+    assert needs_address(v) is None
