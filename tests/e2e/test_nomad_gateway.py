@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from nomadfree import free_for
 
 from translators.quantity import cpu_millis, parse_quantity
 
@@ -183,22 +184,26 @@ def test_unschedulable_pod_shows_nomads_placement_reason(
 
 
 def test_node_capacity_equals_nomad(control_plane: Any, nomad_agent: Any, gateway: Any) -> None:
-    nodes = [n for n in nomad(nomad_agent, "/nodes", resources="true") if n["Status"] == "ready"]
-    mhz = sum(n["NodeResources"]["Cpu"]["CpuShares"] for n in nodes)
-    cores = sum(n["NodeResources"]["Cpu"]["TotalCpuCores"] for n in nodes)
-    mem_mb = sum(n["NodeResources"]["Memory"]["MemoryMB"] for n in nodes)
+    """The Node advertises what Nomad leaves free for it: the default pool's clients minus
+    reserved minus what other jobs hold (tests/e2e/nomadfree.py)."""
 
-    def capacity() -> Any:
-        return (
+    def agreed() -> Any:
+        cap = (
             (control_plane.get(f"/api/v1/nodes/{gateway.node_name}") or {})
             .get("status", {})
             .get("capacity")
         )
+        free = free_for(nomad_agent, gateway.node_name)
+        if not cap:
+            return None
+        want = int(free.shares * 1000 // (free.total_shares / free.cores))
+        ok = cpu_millis(cap["cpu"]) == want and parse_quantity(cap["memory"]) == (
+            free.memory_mb * 2**20
+        )
+        return (cap, free) if ok else None
 
-    cap = wait_until("node capacity", capacity)
-    print(f"\nNomad {mhz} MHz / {cores} cores / {mem_mb} MiB → node capacity {cap}")
-    assert cpu_millis(cap["cpu"]) == int(mhz * 1000 // (mhz / cores))
-    assert parse_quantity(cap["memory"]) == mem_mb * 2**20
+    cap, free = wait_until("node capacity equal to what Nomad leaves free", agreed, timeout=60)
+    print(f"\nNomad {free} → node capacity {cap}")
     assert cap["pods"] == "110"
 
 

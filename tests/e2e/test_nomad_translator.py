@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from nomadfree import free_for
 
 from gateway.devstack.components import NOMAD_VERSION
 from gateway.devstack.nomad_cluster import NomadCluster as NomadAgent
@@ -157,25 +158,19 @@ async def test_ping_and_node_info(translator: NomadTranslator) -> None:
 async def test_capacity_equals_what_nomad_reports(
     translator: NomadTranslator, nomad_agent: NomadAgent
 ) -> None:
-    nodes = [
-        n
-        for n in nomad_get(nomad_agent, "/nodes", resources="true")
-        if n["Status"] == "ready" and n["SchedulingEligibility"] == "eligible" and not n["Drain"]
-    ]
-    shares = sum(n["NodeResources"]["Cpu"]["CpuShares"] for n in nodes)
-    reserved = sum(n["ReservedResources"]["Cpu"]["CpuShares"] for n in nodes)
-    cores = sum(n["NodeResources"]["Cpu"]["TotalCpuCores"] for n in nodes)
-    mem = sum(
-        n["NodeResources"]["Memory"]["MemoryMB"] - n["ReservedResources"]["Memory"]["MemoryMB"]
-        for n in nodes
-    )
-    cap = await translator.capacity()
-    print(f"\nNomad: {shares} MHz on {cores} cores, {mem} MiB → {cap}")
-    mhz_per_core = shares / cores
+    """The default pool's clients minus reserved minus what other jobs hold there (client 2
+    is in pool-b: a node without node_pools cannot place there)."""
+    for _ in range(20):  # other tests' allocations may still be stopping: until both agree
+        free = free_for(nomad_agent, translator.node_name)
+        cap = await translator.capacity()
+        mhz_per_core = free.total_shares / free.cores
+        if cap.cpu_millis == int(free.shares * 1000 // mhz_per_core):
+            break
+        await asyncio.sleep(0.5)
+    print(f"\nNomad: {free} → {cap}")
     assert await translator.mhz_per_core() == pytest.approx(mhz_per_core)
-    assert cap.cpu_millis == int((shares - reserved) * 1000 // mhz_per_core)
-    assert cap.cpu_millis == cores * 1000 - round(reserved * 1000 / mhz_per_core)
-    assert cap.memory_bytes == mem * 2**20
+    assert cap.cpu_millis == int(free.shares * 1000 // mhz_per_core)
+    assert cap.memory_bytes == free.memory_mb * 2**20
     assert cap.pods == 110
 
 

@@ -39,8 +39,15 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
     kubectl: Any, nomad_agent: Any, start_gateway: Any
 ) -> None:
     tag = uuid.uuid4().hex[:10]
+    # The Nomad token is a real one (ACLs are on): a new token of the shipped policy, whose
+    # secret is searched for everywhere below.
+    token = nomad_agent.request(
+        "POST",
+        "/v1/acl/token",
+        body={"Name": f"canary-{tag}", "Type": "client", "Policies": ["vkgate"]},
+    )["SecretID"]
     canary = {
-        "token": f"canary-token-{tag}",
+        "token": token,
         "env": f"canary-env-{tag}",
         "file": f"canary-file-{tag}",
         "pull": f"canary-pull-{tag}",
