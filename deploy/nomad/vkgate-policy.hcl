@@ -19,7 +19,8 @@ namespace "default" {
   ]
 }
 
-# GET /v1/nodes, /v1/node/:id: the virtual node's capacity, addresses and versions.
+# GET /v1/nodes, /v1/node/:id: the virtual node's capacity, addresses and versions, and the
+# HTTP address of the client agent a kubectl exec connects to.
 node {
   policy = "read"
 }

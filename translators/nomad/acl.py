@@ -116,7 +116,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "event stream, topics Job, Allocation, Evaluation",
     ),
     Endpoint("GET", "/nodes", (NODE_READ,), "capacity and node addresses"),
-    Endpoint("GET", "/node/:node_id", (NODE_READ,), "node info (versions, OS)"),
+    Endpoint(
+        "GET",
+        "/node/:node_id",
+        (NODE_READ,),
+        "node info (versions, OS); the client agent's HTTP address an exec goes to",
+    ),
     Endpoint(
         "POST",
         "/client/allocation/:alloc_id/signal",

@@ -63,7 +63,7 @@ from translators.nomad import capacity as cap
 from translators.nomad.access import AccessCheck
 from translators.nomad.client import NomadClient, Sleep
 from translators.nomad.config import NomadConfig
-from translators.nomad.exec import NomadExecSession
+from translators.nomad.exec import ClientAgents, NomadExecSession
 from translators.nomad.jobs import (
     META_NODE,
     META_UID,
@@ -179,6 +179,8 @@ class NomadTranslator:
         self._runs = Runs()
         self._sizing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._node_ips: dict[str, str] = {}
+        #: NodeID → the client agent's HTTP address, for exec straight to it (``exec.py``).
+        self._client_agents = ClientAgents(self.client, monotonic=self.clock.monotonic)
         #: (allocation, ModifyIndex) fetched whole for its own address (``_fill_addresses``).
         self._address_fetched: set[tuple[str, int]] = set()
         #: (region, namespace param) scopes listed at least once: the job book knows their jobs.
@@ -773,6 +775,8 @@ class NomadTranslator:
             tty=tty,
             namespace=view.namespace,
             region=view.region,
+            node_id=str(alloc.get("NodeID") or ""),
+            agents=self._client_agents,
         )
         if not stdin:
             await session.close_stdin()

@@ -10,6 +10,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+import respx
+
 from translators.base import ResolvedContainer, ResolvedPod
 from translators.nomad import NomadTranslator
 
@@ -22,6 +25,13 @@ def captured(name: str) -> dict[str, Any]:
     """A captured state file: {"job": stub, "allocations": [...], "pod": {...}, ...}."""
     doc: dict[str, Any] = json.loads((STATES / f"{name}.nomad.json").read_text())
     return doc
+
+
+def mock_node(nomad: respx.MockRouter, alloc: dict[str, Any], http_addr: str) -> None:
+    """``GET /v1/node/:id`` of the allocation's node, its client agent at ``http_addr`` (on a
+    dev agent: the same agent as the server): exec goes there first (translators/nomad/exec.py)."""
+    node = {"ID": alloc["NodeID"], "HTTPAddr": http_addr, "TLSEnabled": False, "Status": "ready"}
+    nomad.get(f"/v1/node/{alloc['NodeID']}").mock(return_value=httpx.Response(200, json=node))
 
 
 def pod(name: str = "web", uid: str = "0b7c1f2e-0000-4000-8000-000000000001") -> ResolvedPod:

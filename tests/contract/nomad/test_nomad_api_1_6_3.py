@@ -324,6 +324,12 @@ async def replay(captured: dict[str, Any], *, stdin: bytes = b"") -> tuple[list[
                 nomad.get(f"/v1/job/{job['ID']}/allocations").mock(
                     return_value=httpx.Response(200, json=[alloc])
                 )
+                # the captured node, its client agent moved to the replaying server
+                node = {**load("nodes.json")["node"], "ID": alloc["NodeID"]}
+                node["HTTPAddr"] = address.removeprefix("http://")
+                nomad.get(f"/v1/node/{alloc['NodeID']}").mock(
+                    return_value=httpx.Response(200, json=node)
+                )
                 s = await t.exec(
                     PodRef(meta["k8s.namespace"], meta["k8s.name"], meta["k8s.uid"]),
                     "app",

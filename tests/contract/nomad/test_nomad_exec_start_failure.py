@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from nomad_fixtures import NODE, captured
+from nomad_fixtures import NODE, captured, mock_node
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.frames import CloseCode
 
@@ -42,6 +42,7 @@ async def run_exec(handler: Any) -> tuple[list[tuple[int, bytes]], BaseException
                 nomad.get(f"/v1/job/{job['ID']}/allocations").mock(
                     return_value=httpx.Response(200, json=doc["allocations"])
                 )
+                mock_node(nomad, doc["allocations"][0], address.removeprefix("http://"))
                 session = await t.exec(
                     PodRef(meta["k8s.namespace"], meta["k8s.name"], meta["k8s.uid"]),
                     "app",

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import respx
-from nomad_fixtures import NODE, captured
+from nomad_fixtures import NODE, captured, mock_node
 from websockets.asyncio.server import ServerConnection, serve
 
 from gateway.logging_setup import redact, setup_logging
@@ -64,6 +64,7 @@ async def test_exec_handshake_token_is_not_logged_at_debug(debug_log: io.StringI
                 nomad.get(f"/v1/job/{job['ID']}/allocations").mock(
                     return_value=httpx.Response(200, json=doc["allocations"])
                 )
+                mock_node(nomad, doc["allocations"][0], address.removeprefix("http://"))
                 session = await t.exec(
                     PodRef(meta["k8s.namespace"], meta["k8s.name"], meta["k8s.uid"]),
                     "app",

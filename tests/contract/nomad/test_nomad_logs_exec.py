@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 import respx
-from nomad_fixtures import ADDRESS, NODE, MakeTranslator, captured
+from nomad_fixtures import ADDRESS, NODE, MakeTranslator, captured, mock_node
 from websockets.asyncio.server import ServerConnection, serve
 
 from translators.base import (
@@ -267,6 +267,7 @@ async def test_exec_streams_stdin_output_and_exit_code() -> None:
         try:
             with respx.mock(base_url=address) as nomad:
                 mock_job(nomad, doc)
+                mock_node(nomad, alloc, f"127.0.0.1:{port}")
                 session = await t.exec(
                     ref_of(doc), "app", ["/bin/sh", "-c", "cat"], tty=False, stdin=True
                 )
