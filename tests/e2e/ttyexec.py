@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import subprocess
 import time
@@ -15,9 +17,29 @@ import pytest
 REMOTE = "sleep 0.5; tty; stty size; read x; echo got $x; exit 4"
 
 
+def _read_to_end(p: subprocess.Popen[bytes], timeout: float) -> bytes:
+    """``p``'s stdout until it ends, leaving its stdin open (``communicate`` would close it)."""
+    assert p.stdout is not None
+    fd, out, deadline = p.stdout.fileno(), bytearray(), time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(p.args, timeout, output=bytes(out))
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return bytes(out)
+            out += chunk
+
+
 def exec_it(kubeconfig: Path, kubectl_path: Path, pod: str, *, remote: str = REMOTE) -> Any:
     """Run ``sh -c remote`` in ``pod`` through ``kubectl exec -it`` in a 100x30 pty, type
-    ``hello``; returns (output with CRLF → LF, exit code).  Skips without ``script``."""
+    ``hello``; returns (output with CRLF → LF, exit code).  Skips without ``script``.
+
+    stdin stays open until the session has ended: at EOF on its stdin ``script`` types the
+    terminal's EOF (^D) into kubectl, which sends it as stdin — and on Nomad 1.6.3 stdin that
+    reaches a docker exec just after the command exited loses the exit code
+    (docs/design/nomad.md, "Exec WebSocket")."""
     script = shutil.which("script")
     if script is None:
         pytest.skip("util-linux `script` is not installed: no pty for kubectl exec -it")
@@ -34,7 +56,8 @@ def exec_it(kubeconfig: Path, kubectl_path: Path, pod: str, *, remote: str = REM
             time.sleep(1.0)
             p.stdin.write(b"hello\n")
             p.stdin.flush()  # stdin stays open: the remote exit alone ends the session
-            out_b, _ = p.communicate(timeout=30)
+            out_b = _read_to_end(p, 30)
+            p.wait(timeout=10)
         finally:
             p.kill()
     return out_b.decode(errors="replace").replace("\r\n", "\n"), p.returncode
