@@ -14,12 +14,14 @@ touches nothing outside its temp dir and opens no port:
 The image is ``docker import`` of a root filesystem holding Debian's static busybox
 (``busybox-static``, ``/bin/busybox``) and a symlink per applet, tagged ``busybox:1.36`` (the
 image the tests and samples name), with a default command that prints ``IMAGE_GREETING`` so a
-pod without a command visibly runs the image's own entrypoint.  Nothing is pulled, ever.
+pod without a command visibly runs the image's own entrypoint; the same root fs with ``sleep``
+as its command is ``PAUSE_IMAGE``, the infra container of bridge-mode allocations.  Nothing is
+pulled, ever.
 
 API (also used to build other images): ``start_dockerd()`` is a context manager yielding a
 ``Dockerd`` (``socket``, ``host`` = ``unix://…``, ``env`` with ``DOCKER_HOST``, ``docker(*args)``);
 ``launch_dockerd()`` is the same without the ``with`` (the caller calls ``stop()``);
-``make_busybox_image(d)`` imports the image.  Requirements missing (not root, no ``dockerd``,
+``make_busybox_image(d)`` imports the image, ``make_pause_image(d)`` the infra image.  Requirements missing (not root, no ``dockerd``,
 no static busybox) raise ``BinaryUnavailable`` with a one-line reason; ``.ci/run`` installs
 them (``apt-get install docker.io busybox-static``).
 """
@@ -45,6 +47,11 @@ DOCKERD = "/usr/sbin/dockerd"
 BUSYBOX = "/bin/busybox"
 IMAGE = "busybox:1.36"
 IMAGE_GREETING = "hello from the busybox image's own command"
+#: The docker driver's ``infra_image`` (the container that holds a bridge-mode allocation's
+#: network namespace): Nomad's default is pulled from a registry, so the e2e tier imports its
+#: own — the busybox root fs whose command sleeps forever (``make_pause_image``).
+PAUSE_IMAGE = "vkgate/pause:1"
+PAUSE_COMMAND = ("/bin/sleep", "2147483647")
 DAEMON_FLAGS = (
     "--bridge=none",
     "--iptables=false",
@@ -235,3 +242,9 @@ def make_busybox_image(
     change = f"CMD {json.dumps(list(cmd))}"
     out = d.docker("import", "--change", change, "-", tag, input=busybox_rootfs_tar())
     return out.stdout.decode().strip()
+
+
+def make_pause_image(d: Dockerd, *, tag: str = PAUSE_IMAGE) -> str:
+    """Import the infra (pause) image: busybox's ``sleep`` as PID 1 keeps the allocation's
+    network namespace while its tasks come and go (docs/design/nomad.md, "Docker tier")."""
+    return make_busybox_image(d, tag=tag, cmd=PAUSE_COMMAND)

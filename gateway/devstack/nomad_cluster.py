@@ -13,6 +13,10 @@ The e2e tier's Nomad (docs/design/nomad.md, "The e2e cluster").  Unlike the ``-d
   client 2 has raw_exec only, node class ``class-b``, node pool ``pool-b`` (created by its
   registration); both carry ``meta.vkgate-client`` (``c1``/``c2``).  A job lands on client 2 only
   when it asks for ``pool-b``: every other e2e test's pods run on client 1.
+- bridge networking on both clients: Debian's CNI plugins (``CNI_PATH``), each client its own
+  bridge (``vkbr1``/``vkbr2``) and half of 203.0.113.0/24 (``BRIDGE_SUBNETS``), the docker
+  driver's infra image the locally imported ``PAUSE_IMAGE``; allocation addresses are routable
+  from the test process (same namespace), never beyond it.
 
 ACLs: the bootstrap token (``management_token``) is used only to set up — the ACL policy
 vkgate ships (deploy/nomad/vkgate-policy.hcl) is applied and a client token is made from it
@@ -44,6 +48,7 @@ import httpx
 from gateway.devstack import netns
 from gateway.devstack.certs import CertKey, issue, new_ca
 from gateway.devstack.controlplane import binary
+from gateway.devstack.docker import PAUSE_IMAGE
 from gateway.devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, docker_plugin
 from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
 
@@ -56,6 +61,34 @@ POLICY_NAME = "vkgate"
 SERVER_NAME = "server.global.nomad"
 #: Documentation addresses (RFC 5737) of the two clients, inside the test namespace only.
 CLIENT_IPS = ("198.51.100.21", "198.51.100.22")
+#: Bridge networking of each client (docs/design/nomad.md, "Pod networking"): its own bridge
+#: and half of TEST-NET-3 (RFC 5737), so allocation addresses exist only inside the test's
+#: network namespace and the two clients' never overlap.
+BRIDGE_SUBNETS = ("203.0.113.0/25", "203.0.113.128/25")
+#: Where Debian's containernetworking-plugins installs the CNI plugins.
+CNI_PATH = Path("/usr/lib/cni")
+#: The plugins Nomad's bridge network runs (its own conflist: loopback, bridge with host-local
+#: addresses, firewall, portmap).
+BRIDGE_PLUGINS = ("loopback", "bridge", "host-local", "firewall", "portmap")
+#: Where the host-local plugin keeps its address leases for Nomad's network ("nomad"): not
+#: under the cluster's dir (Nomad's conflist sets no ``dataDir``), so ``stop`` removes the
+#: leases of this cluster's allocations.
+CNI_LEASES = Path("/var/lib/cni/networks/nomad")
+
+
+def bridge_unavailable_reason() -> str | None:
+    """Why the clients cannot run bridge-mode allocations here (one line), or None."""
+    missing = [p for p in BRIDGE_PLUGINS if not os.access(CNI_PATH / p, os.X_OK)]
+    if missing:
+        return (
+            f"CNI plugins {', '.join(missing)} not found in {CNI_PATH} "
+            "(apt-get install containernetworking-plugins)"
+        )
+    if not shutil.which("iptables"):
+        return "iptables not found (apt-get install iptables)"
+    if not Path("/sys/module/bridge").exists():
+        return "the kernel has no bridge module (Nomad's bridge fingerprint needs it)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -83,6 +116,9 @@ class NomadClientNode:
     meta: Mapping[str, str]
     drivers: tuple[str, ...]
     node_pool: str = "default"
+    #: Bridge networking: the bridge's name and the allocations' subnet ("": Nomad's defaults).
+    bridge: str = ""
+    bridge_subnet: str = ""
 
 
 @dataclass
@@ -168,6 +204,7 @@ class NomadCluster:
         if self._stopped:
             return
         self._stopped = True
+        allocs = self._alloc_ids()
         try:
             for proc in self.client_procs:
                 proc.stop(timeout=15)
@@ -175,8 +212,33 @@ class NomadCluster:
         finally:
             from gateway.devstack.docker import unmount_below
 
+            release_leases(allocs)
             unmount_below(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _alloc_ids(self) -> set[str]:
+        try:
+            return {str(a["ID"]) for a in self.get("/v1/allocations?namespace=*")}
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+            return set()
+
+
+def release_leases(alloc_ids: set[str], leases: Path = CNI_LEASES) -> list[Path]:
+    """Remove the host-local address leases held for ``alloc_ids`` (a lease file is named by
+    the address and holds the container ID — Nomad passes the allocation ID — on its first
+    line); clients stopped with their allocations never tear those down.  Other leases stay."""
+    removed: list[Path] = []
+    if not alloc_ids or not leases.is_dir():
+        return removed
+    for lease in leases.iterdir():
+        try:
+            owner = lease.read_text().splitlines()[0].strip()
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if owner in alloc_ids:
+            lease.unlink(missing_ok=True)
+            removed.append(lease)
+    return removed
 
 
 def _call(
@@ -281,6 +343,14 @@ def _client_config(
     plugins: dict[str, Any] = {"raw_exec": {"config": {"enabled": True}}}
     if "docker" in node.drivers and docker_host:
         plugins["docker"] = docker_plugin(docker_host)
+        # a bridge-mode allocation's network namespace is held by this local image, never
+        # Nomad's default (pulled from a registry)
+        plugins["docker"]["config"]["infra_image"] = PAUSE_IMAGE
+    bridge: dict[str, Any] = {"cni_path": str(CNI_PATH)}
+    if node.bridge:
+        bridge["bridge_network_name"] = node.bridge
+    if node.bridge_subnet:
+        bridge["bridge_network_subnet"] = node.bridge_subnet
     cfg = {
         **_COMMON,
         "name": node.name,
@@ -301,6 +371,7 @@ def _client_config(
             # Two clients on one host: each its own cgroup tree, or one would reconcile away the
             # other's task cgroups.
             "cgroup_parent": f"/vkgate-{node.name}",
+            **bridge,
             "options": {
                 "fingerprint.denylist": FINGERPRINT_DENYLIST,
                 "driver.denylist": "java,qemu" + ("" if "docker" in plugins else ",docker"),
@@ -373,6 +444,8 @@ def default_clients() -> tuple[NomadClientNode, ...]:
             "class-a",
             {"vkgate-client": "c1"},
             ("raw_exec", "docker"),
+            bridge="vkbr1",
+            bridge_subnet=BRIDGE_SUBNETS[0],
         ),
         NomadClientNode(
             "vkgate-nomad-c2",
@@ -381,6 +454,8 @@ def default_clients() -> tuple[NomadClientNode, ...]:
             {"vkgate-client": "c2"},
             ("raw_exec",),
             node_pool="pool-b",
+            bridge="vkbr2",
+            bridge_subnet=BRIDGE_SUBNETS[1],
         ),
     )
 

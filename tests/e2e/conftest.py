@@ -31,7 +31,7 @@ from waiting import wait_until
 from gateway.devstack import netns
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import ControlPlane, launch_control_plane
-from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image
+from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image, make_pause_image
 from gateway.devstack.nomad_cluster import NomadCluster, launch_nomad_cluster
 from gateway.devstack.process import BinaryUnavailable, DevstackError
 from gateway.devstack.tools import find_kubectl
@@ -152,14 +152,16 @@ def cluster_kubectl(cluster: ControlPlane, kubectl_path: Path) -> Kubectl:
 
 @pytest.fixture(scope="session")
 def dockerd() -> Iterator[Dockerd]:
-    """A private dockerd (temp dir, unix socket, no network plumbing) holding ``busybox:1.36``,
-    imported from Debian's static busybox: nothing is ever pulled."""
+    """A private dockerd (temp dir, unix socket, no network plumbing) holding ``busybox:1.36``
+    and the infra image of bridge-mode allocations (``PAUSE_IMAGE``), both imported from
+    Debian's static busybox: nothing is ever pulled."""
     try:
         d = launch_dockerd()
     except BinaryUnavailable as exc:
         unavailable(f"docker tier: {str(exc).splitlines()[0]}")
     try:
         make_busybox_image(d)
+        make_pause_image(d)
         yield d
     finally:
         d.stop()

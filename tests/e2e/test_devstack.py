@@ -125,6 +125,9 @@ def test_e2e_nomad_cluster_runs_as_production_does(nomad_cluster: NomadCluster) 
         assert node["TLSEnabled"] is True
         assert bool(node["Drivers"].get("docker", {}).get("Healthy")) == ("docker" in cl.drivers)
         assert node["Drivers"]["raw_exec"]["Healthy"]
+        # bridge networking fingerprinted on the client's own bridge ("Pod networking")
+        bridges = [n for n in node["NodeResources"]["NodeNetworks"] if n["Mode"] == "bridge"]
+        assert [b["Device"] for b in bridges] == [cl.bridge], node["NodeResources"]
     # ACLs: anonymous is refused; the policy's token lists jobs but cannot manage ACLs.
     with pytest.raises(urllib.error.HTTPError) as anon:
         c.request("GET", "/v1/jobs", token="00000000-0000-0000-0000-000000000000")

@@ -1,0 +1,66 @@
+"""The e2e Nomad cluster's pieces that need no agent: each client's bridge networking and the
+release of its CNI address leases (docs/design/nomad.md, "The e2e cluster")."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+
+from gateway.devstack import nomad_cluster as nc
+from gateway.devstack.certs import CertKey
+from gateway.devstack.docker import PAUSE_IMAGE
+
+
+def _config(tmp_path: Path, node: nc.NomadClientNode) -> dict[str, object]:
+    tls = nc.NomadTLS(tmp_path / "ca.pem", tmp_path / "c.pem", tmp_path / "c.key")
+    cert = CertKey(tmp_path / "a.pem", tmp_path / "a.key")
+    text = nc._client_config(
+        tmp_path,
+        tls,
+        cert,
+        node,
+        interface="vkn1",
+        server_rpc="127.0.0.1:1",
+        ports=(1, 2, 3),
+        docker_host="unix:///tmp/d.sock",
+    )
+    out: dict[str, object] = json.loads(text)
+    return out
+
+
+def test_each_client_has_its_own_bridge_and_subnet_in_test_net_3(tmp_path: Path) -> None:
+    c1, c2 = nc.default_clients()
+    one, two = (_config(tmp_path, c)["client"] for c in (c1, c2))
+    assert isinstance(one, dict) and isinstance(two, dict)
+    assert one["cni_path"] == two["cni_path"] == "/usr/lib/cni"
+    assert (one["bridge_network_name"], two["bridge_network_name"]) == ("vkbr1", "vkbr2")
+    nets = [ipaddress.IPv4Network(c["bridge_network_subnet"]) for c in (one, two)]
+    assert not nets[0].overlaps(nets[1])
+    assert all(n.subnet_of(ipaddress.IPv4Network("203.0.113.0/24")) for n in nets)
+
+
+def test_the_docker_client_holds_bridge_namespaces_with_the_local_pause_image(
+    tmp_path: Path,
+) -> None:
+    plugins = _config(tmp_path, nc.default_clients()[0])["plugin"]
+    assert isinstance(plugins, dict)
+    assert plugins["docker"]["config"]["infra_image"] == PAUSE_IMAGE
+
+
+def test_only_the_clusters_own_leases_are_released(tmp_path: Path) -> None:
+    leases = tmp_path / "nomad"
+    leases.mkdir()
+    (leases / "203.0.113.2").write_text("alloc-mine\neth0")
+    (leases / "203.0.113.3").write_text("alloc-other-run\neth0")
+    (leases / "last_reserved_ip.0").write_text("203.0.113.3")
+    (leases / "lock").write_text("")
+    removed = nc.release_leases({"alloc-mine", "alloc-gone"}, leases)
+    assert removed == [leases / "203.0.113.2"]
+    assert sorted(p.name for p in leases.iterdir()) == [
+        "203.0.113.3",
+        "last_reserved_ip.0",
+        "lock",
+    ]
+    assert nc.release_leases(set(), leases) == []
+    assert nc.release_leases({"x"}, tmp_path / "missing") == []
