@@ -308,11 +308,21 @@ class SpecBuilder:
             "stdin": bool(spec.get("stdin")),
             "workdir": c.working_dir,
         }
-        ports = [
-            p
-            for p in spec.get("ports") or []
-            if p.get("containerPort") and str(p.get("protocol") or "TCP").upper() in ("TCP", "UDP")
-        ]
+        ports = [p for p in spec.get("ports") or [] if p.get("containerPort")]
+        for i, p in enumerate(spec.get("ports") or []):
+            # the container's own Neutron address is the pod's: Zun opens exposed ports on it
+            # through a security group of its own, and its API knows tcp and udp only
+            # (zun.common.utils.build_exposed_ports)
+            if p.get("containerPort") and str(p.get("protocol") or "TCP").upper() not in (
+                "TCP",
+                "UDP",
+            ):
+                raise UnsupportedError(
+                    f"port {p['containerPort']}/{p.get('protocol')}: Zun exposes tcp and udp "
+                    "ports only",
+                    reason="UnsupportedPodFeature",
+                    field=f"spec.containers[{c.name}].ports[{i}].protocol",
+                )
         if kind == "container":
             command, args = list(c.command), list(c.args)
             entrypoint: list[str] | None = None
