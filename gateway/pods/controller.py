@@ -54,8 +54,11 @@ from gateway.pods.resolve import RefCache, Resolver, references
 from gateway.pods.statusmanager import StatusManager
 from gateway.pods.teams import NamespaceTeams
 from gateway.pods.translation import TranslationRetries
+from gateway.probes.handlers import Handlers
+from gateway.probes.manager import Prober
 from translators.base import (
     BackendThrottled,
+    Executor,
     Notifier,
     Translator,
     TranslatorError,
@@ -138,6 +141,15 @@ class PodController:
             clock=self.clock,
             backend=translator.kind,
             host_ip=host_ip,
+        )
+        #: Container probes (gateway.probes): readiness verdicts are one more input of the
+        #: status manager; the pod is synced again when one changes.
+        self.prober = Prober(
+            Handlers(executor=translator if isinstance(translator, Executor) else None),
+            events,
+            clock=self.clock,
+            set_readiness=self.status.set_container_readiness,
+            queue=lambda key: self.queue.add(PodKey(key)),
         )
         resolver = Resolver(
             self.refs,
@@ -225,6 +237,7 @@ class PodController:
 
     async def stop(self) -> None:
         self.queue.shutdown()
+        self.prober.stop()
         tasks, self._tasks = self._tasks, []
         for t in tasks:
             t.cancel()
@@ -389,7 +402,11 @@ class PodController:
                     outcome = await self.actor.cleanup(key, self._gone.get(key))
                     self._gone.pop(key, None)
                     self.refs_changed.forget(key.uid)
+                    self.prober.forget(key.uid)
                 else:
+                    pod = self.reflector.store.get(key)
+                    if pod is not None:  # probe verdicts first: the status below renders them
+                        self.prober.sync(pod, self.view.get(uid_of(pod)))
                     outcome = await self.actor.sync(key)
                 if isinstance(outcome, Defer):
                     result = "deferred"

@@ -1,0 +1,8 @@
+"""Container probes run by vkgate itself, like the kubelet's prober (``pkg/kubelet/prober``).
+
+``spec`` parses a pod's probe into data, ``handlers`` runs one attempt (httpGet, tcpSocket
+against the pod's address, exec through the translator), ``worker`` is one probe of one
+container on the agent's clock with the kubelet's thresholds, and ``manager`` keeps the
+workers in step with the pods and hands their results to the pod sync
+(docs/design/probes.md).
+"""

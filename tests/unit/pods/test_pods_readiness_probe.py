@@ -1,0 +1,96 @@
+"""A pod is as ready as its readiness probe says (gateway/probes wired into the pod sync): the
+backend's "running" no longer makes a probed container Ready, on the simulated backend and a
+fake clock, with the probe attempts scripted through the prober's handler seam."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controller_harness import ControllerHarness
+from pods_fakes import run_for
+
+from gateway.probes.handlers import Result, Target
+
+NODE = "vk-test"
+
+
+class Answers:
+    def __init__(self) -> None:
+        self.ok = False
+        self.attempts: list[Target] = []
+
+    async def run(
+        self, handler: str, action: Mapping[str, Any], target: Target, limit: float
+    ) -> Result:
+        self.attempts.append(target)
+        return Result(self.ok, "" if self.ok else "connection refused")
+
+
+@pytest.fixture
+async def h(tmp_path: Path) -> AsyncIterator[ControllerHarness]:
+    harness = ControllerHarness(tmp_path, node=NODE)
+    await harness.start()
+    yield harness
+    await harness.stop()
+
+
+def conditions(p: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+
+
+async def test_ready_follows_the_readiness_probe(h: ControllerHarness) -> None:
+    assert h.ctl is not None
+    answers = Answers()
+    h.ctl.prober.handlers = answers  # type: ignore[assignment]
+    probe = {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5}
+    h.kube.add(
+        {
+            "kind": "Pod",
+            "metadata": {"name": "web"},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [{"name": "app", "readinessProbe": probe}, {"name": "side"}],
+            },
+        }
+    )
+    await run_for(h.clock, 20)
+    p = h.kube.pod("web")
+    assert p is not None and p["status"]["phase"] == "Running"
+    assert conditions(p)["ContainersReady"] == "False"
+    assert conditions(p)["Ready"] == "False"
+    ready = {c["name"]: c["ready"] for c in p["status"]["containerStatuses"]}
+    assert ready == {"app": False, "side": True}
+    assert answers.attempts and answers.attempts[0].container == "app"
+    unhealthy = h.kube.events("Unhealthy")
+    assert unhealthy and unhealthy[0]["message"] == "Readiness probe failed: connection refused"
+    assert unhealthy[0]["type"] == "Warning"
+    assert unhealthy[0]["count"] > 1  # repeats aggregate into one Event
+
+    answers.ok = True
+    await run_for(h.clock, 5.25)  # within one period (+ the write)
+    p = h.kube.pod("web")
+    assert p is not None
+    assert conditions(p)["ContainersReady"] == "True" and conditions(p)["Ready"] == "True"
+
+    answers.ok = False
+    await run_for(h.clock, 10)  # two failures are not three (failureThreshold)
+    assert conditions(h.kube.pod("web") or {})["Ready"] == "True"
+    await run_for(h.clock, 5.25)
+    assert conditions(h.kube.pod("web") or {})["Ready"] == "False"
+
+
+async def test_a_pod_without_probes_is_ready_when_running(h: ControllerHarness) -> None:
+    assert h.ctl is not None
+    h.kube.add(
+        {
+            "kind": "Pod",
+            "metadata": {"name": "plain"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "app"}]},
+        }
+    )
+    await run_for(h.clock, 8)
+    assert conditions(h.kube.pod("plain") or {})["Ready"] == "True"
+    assert h.ctl.prober.workers == 0
