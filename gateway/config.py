@@ -94,6 +94,13 @@ class NodeSettings:
     delete_on_shutdown: bool = field(
         default=False, metadata=doc("Delete the Node on clean shutdown")
     )
+    exclude_from_load_balancers: bool = field(
+        default=True,
+        metadata=doc(
+            "Label the Node node.kubernetes.io/exclude-from-external-load-balancers "
+            "(false leaves a label already on the Node)"
+        ),
+    )
 
 
 @dataclass

@@ -259,7 +259,14 @@ class NodeController:
     # -- desired state -----------------------------------------------------------------
 
     def _labels(self) -> dict[str, str]:
-        return spec.node_labels(self.name, self.kind, self._info, self.settings.node.labels)
+        node = self.settings.node
+        return spec.node_labels(
+            self.name,
+            self.kind,
+            self._info,
+            node.labels,
+            exclude_from_load_balancers=node.exclude_from_load_balancers,
+        )
 
     def _taints(self) -> tuple[dict[str, str] | None, dict[str, str] | None]:
         """(our taint or None when disabled, the taint to remove when disabled)."""

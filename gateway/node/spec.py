@@ -28,6 +28,10 @@ from translators.quantity import QuantityError, format_bytes, format_cpu, parse_
 #: Kubernetes minor we speak; kubeletVersion is ``v<this>-vkgate.<vkgate version>`` (semver).
 KUBE_VERSION = "1.36.0"
 NAMESPACE_UUID = uuid.UUID("6f1c0c52-8a4f-4c0e-9a7d-2f4e7a6b9c10")
+#: Load balancers (the cloud service controller, MetalLB, …) leave a Node with this label out
+#: of their backend pools: a virtual node has no host that could receive the traffic
+#: (docs/design/kubelet-contract.md, "Node object").  Only its presence counts.
+EXCLUDE_FROM_LB = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 
 def vkgate_version() -> str:
@@ -51,7 +55,12 @@ def system_uuid(node_name: str) -> str:
 
 
 def node_labels(
-    name: str, kind: str, info: NodeInfo, configured: Mapping[str, str]
+    name: str,
+    kind: str,
+    info: NodeInfo,
+    configured: Mapping[str, str],
+    *,
+    exclude_from_load_balancers: bool = True,
 ) -> dict[str, str]:
     labels = {
         "kubernetes.io/hostname": name,
@@ -62,6 +71,8 @@ def node_labels(
         "type": "virtual-kubelet",
         "vkgate.io/backend": kind,
     }
+    if exclude_from_load_balancers:
+        labels[EXCLUDE_FROM_LB] = "true"
     labels.update(info.labels)
     labels.update(configured)
     return labels

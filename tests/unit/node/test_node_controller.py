@@ -78,6 +78,8 @@ async def test_registers_node_with_labels_taint_capacity_conditions(controller, 
     assert labels["type"] == "virtual-kubelet"
     assert labels["vkgate.io/backend"] == "simulated"
     assert labels["team"] == "ml"
+    # load balancers must not send traffic to a virtual node
+    assert labels["node.kubernetes.io/exclude-from-external-load-balancers"] == "true"
     assert node["spec"]["taints"] == [
         {"key": "virtual-kubelet.io/provider", "value": "simulated", "effect": "NoSchedule"}
     ]
@@ -110,6 +112,14 @@ async def test_registers_node_with_labels_taint_capacity_conditions(controller, 
     # no delete anywhere, node created once
     assert not api.writes("DELETE")
     assert len(api.writes("POST", "/api/v1/nodes")) == 1
+
+
+async def test_exclude_from_load_balancers_label_can_be_turned_off(controller, api: FakeApi):
+    nc = controller(exclude_from_load_balancers=False)
+    await nc.start()
+    labels = api.node()["metadata"]["labels"]
+    assert "node.kubernetes.io/exclude-from-external-load-balancers" not in labels
+    assert labels["type"] == "virtual-kubelet"
 
 
 async def test_machine_id_stable_and_boot_id_per_process(controller, api: FakeApi):

@@ -128,3 +128,15 @@ def test_status_patch_removes_withdrawn_resources_with_null():
     assert not spec.status_differs(
         desired, {**desired, "capacity": {"cpu": "1", "other": "3"}, "allocatable": {"cpu": "1"}}
     )
+
+
+def test_node_labels_exclude_the_node_from_load_balancers_unless_turned_off():
+    info = NodeInfo()
+    labels = spec.node_labels("vk", "nomad", info, {})
+    assert labels[spec.EXCLUDE_FROM_LB] == "true"
+    assert spec.EXCLUDE_FROM_LB == "node.kubernetes.io/exclude-from-external-load-balancers"
+    off = spec.node_labels("vk", "nomad", info, {}, exclude_from_load_balancers=False)
+    assert spec.EXCLUDE_FROM_LB not in off
+    # a configured value wins, like any other label
+    mine = spec.node_labels("vk", "nomad", info, {spec.EXCLUDE_FROM_LB: "yes"})
+    assert mine[spec.EXCLUDE_FROM_LB] == "yes"
