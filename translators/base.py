@@ -389,6 +389,12 @@ class Features:
     #: Most main containers (``spec.containers``) per pod the backend accepts (None: no
     #: limit); init containers and sidecars are the ``pod_features`` of those names.
     max_containers: int | None = None
+    #: The ``securityContext`` restrictions the backend can enforce (names of
+    #: ``translators.securitycontext.FIELDS``); a pod asking for another is refused.
+    security_context: frozenset[str] = frozenset()
+    #: Restrictions this node runs without enforcing them where the backend cannot (a
+    #: setting, e.g. ``backend.nomad.relax_security_context``); each use is a Warning Event.
+    relaxed_security_context: frozenset[str] = frozenset()
 
 
 # --------------------------------------------------------------------------- protocols

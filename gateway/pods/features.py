@@ -20,6 +20,12 @@ Feature names (what a translator lists in ``Features.pod_features``):
 ==========================  ====================================================
 
 Volume kinds are checked by ``gateway.pods.volumes`` (reason ``UnsupportedVolume``).
+
+The securityContext restrictions (``translators.securitycontext``, pod and container fields
+merged as the kubelet does) are checked against ``Features.security_context``, the same way and
+with the same reason: a restriction the backend cannot enforce fails the pod closed instead of
+running it relaxed — unless the node relaxes that field (``Features.relaxed_security_context``),
+which the resolver reports as a Warning Event (``REASON_RELAXED``) on every such pod.
 """
 
 from __future__ import annotations
@@ -28,10 +34,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from translators import securitycontext as scmod
 from translators.base import Features
 
 REASON_FEATURE = "UnsupportedPodFeature"
 REASON_VOLUME = "UnsupportedVolume"
+REASON_RELAXED = "SecurityContextRelaxed"
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,23 @@ def check_pod(pod: Mapping[str, Any], features: Features, *, backend: str) -> li
             )
         )
     spec = pod.get("spec") or {}
+    allowed = features.security_context | features.relaxed_security_context
+    for _, reqs in scmod.pod_requests(spec):
+        for r in reqs:
+            if r.feature in allowed or r.feature in seen:
+                continue
+            seen.add(r.feature)
+            out.append(
+                Unsupported(
+                    field=r.where,
+                    feature=r.feature,
+                    reason=REASON_FEATURE,
+                    message=(
+                        f"{r.where}: the {backend} backend cannot enforce securityContext."
+                        f"{r.feature}, and vkgate does not run a pod with a restriction relaxed"
+                    ),
+                )
+            )
     # Main containers only: init containers and sidecars are the features of the same names
     # (Batch runs one container per task and chains init containers as tasks of their own).
     count = len(spec.get("containers") or [])
@@ -115,3 +140,16 @@ def ephemeral_containers(pod: Mapping[str, Any]) -> list[str]:
     return [
         str(c.get("name", "")) for c in (pod.get("spec") or {}).get("ephemeralContainers") or []
     ]
+
+
+def relaxed_security(pod: Mapping[str, Any], features: Features) -> list[tuple[str, str]]:
+    """(field, feature) of each restriction of ``pod`` the node runs relaxed (first use of
+    each feature): what the Warning Events name."""
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for _, reqs in scmod.pod_requests(pod.get("spec") or {}):
+        for r in reqs:
+            if r.feature in features.relaxed_security_context and r.feature not in seen:
+                seen.add(r.feature)
+                out.append((r.where, r.feature))
+    return out

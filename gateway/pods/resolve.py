@@ -343,6 +343,15 @@ class Resolver:
         out = Resolution(unsupported=self.admission(pod))
         if out.unsupported:
             return out
+        for where, feature in featmod.relaxed_security(pod, self.features):
+            out.events.append(
+                Event(
+                    "Warning",
+                    featmod.REASON_RELAXED,
+                    f"{where}: securityContext.{feature} may run unenforced: this node relaxes it"
+                    f" where the {self.backend} backend cannot enforce it",
+                )
+            )
 
         refs = references(pod)
         lookups: dict[RefKey, Lookup] = {}

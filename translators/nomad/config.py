@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from translators.quantity import cpu_millis, parse_quantity
+from translators.securitycontext import FIELDS as SECURITY_FIELDS
 from vkgate_core.settings import Kind, SettingsError, coerce
 
 ENV_KEYS = {
@@ -152,6 +153,10 @@ class NomadConfig:
     """After a delete, purge the stopped job once its allocations ended, or after this long."""
     stats_concurrency: int = 8
     """Allocation stats calls in flight at once while serving /stats/summary or /metrics/resource."""
+    relax_security_context: tuple[str, ...] = ()
+    """securityContext restrictions (e.g. "runAsUser") pods may ask for where the job's driver
+    cannot enforce them (raw_exec: any); they then run unenforced, with a Warning Event.
+    Empty: such a pod is refused (docs/backends/nomad.md, "securityContext")."""
 
     @property
     def all_namespaces(self) -> tuple[str, ...]:
@@ -197,6 +202,12 @@ class NomadConfig:
             raw[key] = value
         cfg = cls(**{k: _coerce(k, v) for k, v in raw.items()})
         _check_namespace_mapping(cfg)
+        unknown = sorted(set(cfg.relax_security_context) - set(SECURITY_FIELDS))
+        if unknown:
+            raise _bad(
+                "relax_security_context",
+                f"unknown field {', '.join(unknown)} (known: {', '.join(SECURITY_FIELDS)})",
+            )
         if cfg.restart_interval < 5:
             raise _bad("restart_interval", "must be at least 5s (Nomad's minimum)")
         if cfg.restart_attempts * cfg.restart_delay > cfg.restart_interval:
@@ -262,6 +273,7 @@ _KINDS: dict[str, tuple[Kind, float | None, float | None]] = {
     "regions": ("strings", None, None),
     "allowed_datacenters": ("strings", None, None),
     "node_pools": ("strings", None, None),
+    "relax_security_context": ("strings", None, None),
     "skip_verify": ("bool", None, None),
     "priority": ("int", 1, 100),
     "max_priority": ("int", 0, 100),

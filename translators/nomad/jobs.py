@@ -88,7 +88,7 @@ if TYPE_CHECKING:
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -101,6 +101,7 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
+from translators import securitycontext
 from translators.nomad import literal
 from translators.nomad.config import NomadConfig
 from translators.nomad.literal import delimiters
@@ -605,6 +606,11 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
                 if cred is not None
                 else None
             ),
+            # securityContext as docker driver values: user, readonly_rootfs, cap_add,
+            # cap_drop, security_opt (translators/securitycontext.py; finish_job checks them).
+            "security": securitycontext.docker_task(
+                securitycontext.requests(spec, c.spec, group=_group(c))
+            ),
             "raw_command": argv[0] if argv else "",
             "raw_args": argv[1:],
             "kill_timeout": kill_timeout,
@@ -686,7 +692,40 @@ def template_for(pod: ResolvedPod, *, renderer: Renderer, cfg: NomadConfig) -> s
     return str(renderer.select(pod, backend="nomad", default=cfg.template).name)
 
 
-def finish_job(out: Any, pod: ResolvedPod, *, info: Mapping[str, Any], template: str) -> JSON:
+def _group(c: ResolvedContainer) -> str:
+    return "containers" if c.role == "main" else "initContainers"
+
+
+def _check_security(
+    job: Mapping[str, Any], pod: ResolvedPod, *, relaxed: Collection[str], template: str
+) -> None:
+    """Fail closed: every securityContext restriction of a container is carried by its task as
+    rendered (the docker driver with ``backend_info.tasks[*].security``), or relaxed by
+    ``relax_security_context``; else the pod is refused naming the field."""
+    spec = pod.pod.get("spec") or {}
+    tasks = {str(t.get("Name")): t for g in job["TaskGroups"] for t in (g or {}).get("Tasks") or []}
+    for c in (*pod.init_containers, *pod.containers):
+        reqs = securitycontext.requests(spec, c.spec, group=_group(c))
+        for r, why in securitycontext.missing_in_docker_task(tasks.get(c.name) or {}, reqs):
+            if r.feature in relaxed:
+                continue
+            raise UnsupportedError(
+                f"securityContext.{r.feature} cannot be enforced by the job of template "
+                f"{template}: {why}; vkgate does not run a pod with a restriction relaxed "
+                "(backend.nomad.relax_security_context lists those a node may relax)",
+                reason="UnsupportedPodFeature",
+                field=r.where,
+            )
+
+
+def finish_job(
+    out: Any,
+    pod: ResolvedPod,
+    *,
+    info: Mapping[str, Any],
+    template: str,
+    relaxed: Collection[str] = (),
+) -> JSON:
     """Check a rendered job and re-assert identity and ownership (``{"Job": {...}}``)."""
     job = out.get("Job", out) if isinstance(out, dict) else None
     if not isinstance(job, dict) or not isinstance(job.get("TaskGroups"), list):
@@ -716,6 +755,7 @@ def finish_job(out: Any, pod: ResolvedPod, *, info: Mapping[str, Any], template:
     job["Meta"] = meta
     job.setdefault("Namespace", info["namespace"])
     _check_commands(job, template=template)
+    _check_security(job, pod, relaxed=relaxed, template=template)
     return {"Job": job}
 
 
@@ -746,4 +786,10 @@ def render_job(
     """Render the pod's job synchronously (offline use: golden files, ``vkgate render``)."""
     name = template or template_for(pod, renderer=renderer, cfg=cfg)
     ctx = context(pod, cfg=cfg, settings=settings, factor=factor)
-    return finish_job(renderer.render(name, ctx), pod, info=ctx["backend_info"], template=name)
+    return finish_job(
+        renderer.render(name, ctx),
+        pod,
+        info=ctx["backend_info"],
+        template=name,
+        relaxed=cfg.relax_security_context,
+    )

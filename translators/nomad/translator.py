@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
@@ -40,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from translators import securitycontext
 from translators.base import (
     OWNER_KEY,
     OWNER_VALUE,
@@ -144,6 +146,9 @@ class NomadTranslator:
         # Becomes ${attr.unique.network.ip-address} (host networking: the client node's
         # address) where the job is rendered; see translators/nomad/literal.py.
         pod_ip_placeholder=POD_IP_SENTINEL,
+        # The docker driver's user, readonly_rootfs, cap_add/cap_drop, security_opt (jobs.py
+        # checks each rendered task carries them; docs/backends/nomad.md, "securityContext").
+        security_context=securitycontext.DOCKER,
     )
 
     def __init__(
@@ -159,6 +164,11 @@ class NomadTranslator:
         table.update(settings)
         self.settings = table
         self.config = NomadConfig.from_settings(table, environ)
+        if self.config.relax_security_context:
+            self.features = dataclasses.replace(
+                self.features,
+                relaxed_security_context=frozenset(self.config.relax_security_context),
+            )
         self.node_name = ctx.node_name if ctx else "vkgate"
         if renderer is None:
             renderer = ctx.renderer if ctx and ctx.renderer is not None else None
@@ -406,7 +416,13 @@ class NomadTranslator:
         name = template_for(pod, renderer=self.renderer, cfg=self.config)
         ctx = context(pod, cfg=self.config, settings=self.settings, factor=factor)
         out = await self.renderer.arender(name, ctx)
-        return finish_job(out, pod, info=ctx["backend_info"], template=name)
+        return finish_job(
+            out,
+            pod,
+            info=ctx["backend_info"],
+            template=name,
+            relaxed=self.config.relax_security_context,
+        )
 
     def render_spec(self, pod: ResolvedPod) -> JSON:
         """The ``POST /v1/jobs`` body ``create`` would send (offline: F from the settings,
