@@ -1,0 +1,132 @@
+"""Readiness probes on Nomad (raw_exec, host networking; docs/design/probes.md): a pod is as
+ready as its probe says — httpGet and tcpSocket to the pod's address, exec through Nomad exec."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import uuid
+from typing import Any
+
+import pytest
+from conftest import wait_until
+
+from gateway.devstack.nomad_cluster import NomadCluster
+from vkgate_core.timeparse import parse_rfc3339
+
+pytestmark = pytest.mark.e2e
+
+
+def _pod(name: str, node: str, command: str, probe: dict[str, Any], port: int) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 2,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "busybox:1.36",
+                        "command": ["/bin/sh", "-c", command],
+                        "ports": [{"name": "http", "containerPort": port}],
+                        "readinessProbe": {"periodSeconds": 1, **probe},
+                    }
+                ],
+            },
+        }
+    )
+
+
+def _status(cp: Any, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = (cp.get(f"/api/v1/namespaces/default/pods/{name}") or {}).get(
+        "status", {}
+    )
+    return found
+
+
+def _cond(st: dict[str, Any], kind: str) -> str:
+    return next((c["status"] for c in st.get("conditions") or [] if c["type"] == kind), "")
+
+
+def _events(cp: Any, name: str, reason: str) -> list[dict[str, Any]]:
+    sel = urllib.parse.quote(f"involvedObject.name={name},reason={reason}")
+    found = cp.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
+    return list(found.get("items") or [])
+
+
+def test_readiness_follows_each_handler_kind(
+    start_gateway: Any, control_plane: Any, kubectl: Any, nomad_cluster: NomadCluster
+) -> None:
+    gw = start_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {**nomad_cluster.backend_settings(), "template": "nomad/raw_exec.j2"},
+            }
+        }
+    )
+    tag = uuid.uuid4().hex[:5]
+    base = 20000 + int(tag, 16) % 20000
+    www = "mkdir -p www && echo ok > www/index.html"
+    pods = {
+        # serves only after 8 s: ready late
+        f"late-http-{tag}": (
+            f"{www} && sleep 8 && exec busybox httpd -f -p {base} -h www",
+            {"httpGet": {"path": "/index.html", "port": "http"}},
+            base,
+        ),
+        # nothing listens: never ready
+        f"never-tcp-{tag}": ("exec sleep 300", {"tcpSocket": {"port": base + 1}}, base + 1),
+        f"ok-exec-{tag}": ("exec sleep 300", {"exec": {"command": ["/bin/true"]}}, base + 2),
+        f"bad-exec-{tag}": (
+            "exec sleep 300",
+            {"exec": {"command": ["/bin/sh", "-c", "echo not yet; exit 1"]}},
+            base + 3,
+        ),
+    }
+    for name, (command, probe, port) in pods.items():
+        kubectl("apply", "-f", "-", input=_pod(name, gw.node_name, command, probe, port))
+    late, never, ok, bad = pods
+    try:
+        for name in pods:
+            wait_until(
+                f"{name} Running",
+                lambda n=name: _status(control_plane, n).get("phase") == "Running",
+                90,
+            )  # type: ignore[misc]
+        # Running is not Ready: the never-ready pods stay unready, with the kubelet's Events
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            for name in (never, bad):
+                st = _status(control_plane, name)
+                assert _cond(st, "Ready") == "False" and _cond(st, "ContainersReady") == "False", st
+                assert st["containerStatuses"][0]["ready"] is False
+            time.sleep(0.5)
+        tcp = wait_until(f"{never} Unhealthy", lambda: _events(control_plane, never, "Unhealthy"))
+        assert tcp[0]["type"] == "Warning"
+        assert tcp[0]["message"].startswith("Readiness probe failed: dial tcp ")
+        assert tcp[0]["involvedObject"]["fieldPath"] == "spec.containers{app}"
+        ex = wait_until(f"{bad} Unhealthy", lambda: _events(control_plane, bad, "Unhealthy"))
+        assert ex[0]["message"] == "Readiness probe failed: not yet\n"
+        # the exec probe that passes makes its pod Ready
+        wait_until(f"{ok} Ready", lambda: _cond(_status(control_plane, ok), "Ready") == "True", 30)
+        # the late server: unready first, Ready once it serves (8 s after its start)
+        st = wait_until(
+            f"{late} Ready",
+            lambda: (s := _status(control_plane, late)) and _cond(s, "Ready") == "True" and s,
+            60,
+        )
+        started = parse_rfc3339(st["containerStatuses"][0]["state"]["running"]["startedAt"])
+        became = parse_rfc3339(
+            next(c for c in st["conditions"] if c["type"] == "Ready")["lastTransitionTime"]
+        )
+        assert (became - started).total_seconds() >= 8, st
+        assert _events(control_plane, late, "Unhealthy"), "failed attempts before it served"
+    finally:
+        kubectl("delete", "pod", *pods, "--wait=false", check=False)
