@@ -34,6 +34,8 @@ SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 MASK = "*****"
+#: ``node.daemonsets``: what the node does with a pod a DaemonSet owns (gateway.pods.admission).
+DAEMONSET_POLICIES = ("refuse", "run")
 
 
 class ConfigError(SettingsError):
@@ -100,6 +102,10 @@ class NodeSettings:
             "Label the Node node.kubernetes.io/exclude-from-external-load-balancers "
             "(false leaves a label already on the Node)"
         ),
+    )
+    daemonsets: str = field(
+        default="refuse",
+        metadata=doc("DaemonSet pods: refuse (Failed; the DaemonSet controller backs off) or run"),
     )
 
 
@@ -451,6 +457,8 @@ def validate(s: Settings, environ: Mapping[str, str] | None = None) -> Settings:
             "ha.renew_deadline",
             f"must be below ha.lease_duration ({s.ha.lease_duration}), got {s.ha.renew_deadline}",
         )
+    if s.node.daemonsets not in DAEMONSET_POLICIES:
+        raise ConfigError("node.daemonsets", f"must be refuse or run, got {s.node.daemonsets!r}")
     if s.kubelet.authorization not in {"webhook", "always-allow"}:
         raise ConfigError(
             "kubelet.authorization",

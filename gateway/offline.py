@@ -267,11 +267,13 @@ def resolve(
     host_ip: str = "127.0.0.1",
     allocatable: Mapping[str, str] | None = None,
     teams: Mapping[str, str] | None = None,
+    daemonsets: str = "refuse",
 ) -> Resolved:
     """Resolve ``inputs`` with the agent's own ``Resolver`` (see ``FileLookups``).
 
     ``team`` (``--team``) wins over the Namespace document's label; ``teams`` is the config's
-    namespace → team map; ``host_ip`` and ``allocatable`` stand for the node's."""
+    namespace → team map; ``host_ip``, ``allocatable`` and ``daemonsets`` stand for the
+    node's."""
     pod = inputs.pod
     lookups = FileLookups(inputs, team=team)
     resolver = Resolver(
@@ -282,6 +284,7 @@ def resolve(
         host_ip=lambda: host_ip,
         allocatable=lambda: dict(allocatable or {}),
         teams=teams,
+        daemonsets=daemonsets,
     )
     res = _run(resolver.resolve(pod))
     notes = list(dict.fromkeys(lookups.notes))

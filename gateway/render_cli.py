@@ -125,6 +125,7 @@ def render_main(
         host_ip=settings.node.internal_ip or "127.0.0.1",
         allocatable=settings.node.capacity,
         teams=settings.templates.teams,
+        daemonsets=settings.node.daemonsets,
     )
 
     def explain(choice: Any) -> None:

@@ -160,6 +160,7 @@ class PodController:
             allocatable=allocatable,
             enable_service_links=ps.enable_service_links,
             teams=settings.templates.teams,
+            daemonsets=settings.node.daemonsets,
         )
         self.actor = PodActor(
             translator,

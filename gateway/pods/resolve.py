@@ -51,6 +51,7 @@ from typing import Any, Literal, Protocol
 
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, NotFound
+from gateway.pods import admission as admod
 from gateway.pods import env as envmod
 from gateway.pods import features as featmod
 from gateway.pods import pullsecrets as pullmod
@@ -304,8 +305,11 @@ class Resolver:
         allocatable: Callable[[], Mapping[str, str]],
         enable_service_links: bool = True,
         teams: Mapping[str, str] | None = None,
+        daemonsets: str = "refuse",
     ) -> None:
+        """``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.admission)."""
         self.refs = refs
+        self.daemonsets = daemonsets
         #: namespace → team, for namespaces without the team label (``templates.teams``).
         self.teams = dict(teams or {})
         self.features = features
@@ -316,8 +320,10 @@ class Resolver:
         self.enable_service_links = enable_service_links
 
     def admission(self, pod: Pod) -> list[featmod.Unsupported]:
-        """Features and volume kinds the backend cannot provide (no I/O)."""
-        found = featmod.check_pod(pod, self.features, backend=self.backend)
+        """What the node's policy refuses, then the features and volume kinds the backend
+        cannot provide (no I/O)."""
+        found = admod.node_policy(pod, daemonsets=self.daemonsets)
+        found += featmod.check_pod(pod, self.features, backend=self.backend)
         kinds = self.features.volume_kinds
         for vol in (pod.get("spec") or {}).get("volumes") or []:
             kind = volmod.volume_kind(vol)
