@@ -17,6 +17,17 @@ namespace "default" {
     "alloc-exec",      # kubectl exec
     "alloc-node-exec", # kubectl exec into raw_exec tasks (no filesystem isolation)
   ]
+
+  # Each job's own Variable, nomad/jobs/<job>: the pod's files and Secret env values, which
+  # its tasks read with their workload identity (so they are not in the job spec).
+  variables {
+    path "nomad/jobs/*" {
+      capabilities = [
+        "write",   # PUT /v1/var/nomad/jobs/<job>: before registering, and on a content change
+        "destroy", # DELETE /v1/var/nomad/jobs/<job>: when the job is purged
+      ]
+    }
+  }
 }
 
 # GET /v1/nodes, /v1/node/:id: the virtual node's capacity, addresses and versions, and the

@@ -25,7 +25,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ENDPOINTS", "Endpoint", "Need", "Refusals", "UnlistedEndpoint", "endpoint_for"]
+__all__ = [
+    "ENDPOINTS",
+    "VARIABLES_PATH",
+    "Endpoint",
+    "Need",
+    "Refusals",
+    "UnlistedEndpoint",
+    "endpoint_for",
+]
 
 
 class UnlistedEndpoint(LookupError):
@@ -34,16 +42,24 @@ class UnlistedEndpoint(LookupError):
 
 @dataclass(frozen=True)
 class Need:
-    """One ACL grant a call needs: a namespace capability, or ``node { policy = "read" }``."""
+    """One ACL grant a call needs: a namespace capability, a capability on the namespace's
+    ``variables { path "nomad/jobs/*" }``, or ``node { policy = "read" }``."""
 
     capability: str
-    scope: str = "namespace"  # "namespace" | "node"
+    scope: str = "namespace"  # "namespace" | "node" | "variables" (``VARIABLES_PATH``)
     alternatives: tuple[str, ...] = ()
     when: str = ""
 
     def describe(self, namespace: str) -> str:
         if self.scope == "node":
             return f'node policy "{self.capability}"'
+        if self.scope == "variables":
+            where = (
+                "every namespace vkgate uses"
+                if namespace == "*"
+                else f'namespace "{namespace or "default"}"'
+            )
+            return f'variables path "{VARIABLES_PATH}" capability {self.capability} in {where}'
         caps = " or ".join((self.capability, *self.alternatives))
         if namespace == "*":
             text = f"capability {caps} in every namespace vkgate uses"
@@ -80,6 +96,8 @@ def _ns(capability: str, *alternatives: str, when: str = "") -> Need:
 
 
 NODE_READ = Need("read", scope="node")
+#: The jobs' own Variables (``jobs.variable_path``): a namespace's ``variables`` block.
+VARIABLES_PATH = "nomad/jobs/*"
 NO_FS_ISOLATION = "for a task without filesystem isolation, e.g. raw_exec"
 
 #: Every endpoint vkgate calls.  Paths are relative to ``/v1``.
@@ -114,6 +132,18 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/event/stream",
         (_ns("read-job"),),
         "event stream, topics Job, Allocation, Evaluation",
+    ),
+    Endpoint(
+        "PUT",
+        "/var/nomad/jobs/:job_id",
+        (Need("write", scope="variables"),),
+        "write a job's Variable (the pod's files and Secret env) before it is registered",
+    ),
+    Endpoint(
+        "DELETE",
+        "/var/nomad/jobs/:job_id",
+        (Need("destroy", scope="variables"),),
+        "remove a job's Variable when the job is purged",
     ),
     Endpoint("GET", "/nodes", (NODE_READ,), "capacity and node addresses"),
     Endpoint(

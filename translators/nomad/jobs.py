@@ -62,20 +62,27 @@ the pod's containers — where only ``hostPort`` reserves anything on the client
 recorded in ``Meta["vkgate.network"]`` (absent: host); a ``status.podIP`` fieldRef is refused in
 the other modes (``refuse_pod_ip_references``).
 
-Volumes: ConfigMap, Secret, projected and downwardAPI files become task ``Templates`` with the
-content embedded (``EmbeddedTmpl``, delimiters chosen so they never occur in the content;
-non-UTF-8 files go through ``base64Decode``), written under ``local/vkgate/<volume>/`` or,
-for secrets, the in-memory ``secrets/vkgate/<volume>/``; the docker template bind-mounts that
-directory at ``mountPath``.  ``emptyDir`` is a directory in the shared alloc dir
-(``../alloc/data/vkgate/<volume>``) mounted into every container that uses it.  Secret
-values may appear in ``Env``/``Templates`` (readable with Nomad's ``read-job``) but never in
-``Meta``.
+Volumes: ConfigMap, Secret, projected and downwardAPI files become task ``Templates`` that
+print one item of the job's own Nomad Variable (``nomad/jobs/<job ID>``, ``Variable``; non-UTF-8
+content is stored base64 and printed through ``base64Decode``), written under
+``local/vkgate/<volume>/`` or, for secrets, the in-memory ``secrets/vkgate/<volume>/``; the
+docker template bind-mounts that directory at ``mountPath``.  Env values from Secrets are items
+too, printed into an ``Envvars`` template (``secret_env_template``).  The job spec therefore
+carries none of the pod's file contents or Secret env values (docs/design/secrets.md): the
+translator writes the Variable before registering the job and removes it with the purge, and a
+changed ConfigMap/Secret rewrites the Variable only — the templates' ``ChangeMode: noop``
+rewrites the files in the running task, as a kubelet updates mounted files.  The template
+bodies are vkgate's own text (the job ID and item keys), so no pod data is ever evaluated as a
+template.  ``emptyDir`` is a directory in the shared alloc dir (``../alloc/data/vkgate/<volume>``)
+mounted into every container that uses it.
 
 imagePullSecrets: the credential that matches a task's image (``translators.registry``) becomes
 the docker driver's ``auth {username, password, server_address}`` (``server_address`` = the
 image's registry host, ``docker.io`` for Docker Hub), in ``backend_info.tasks[*].auth``;
-``raw_exec`` has no image and ignores it.  Like Env, it is readable with ``read-job``; it is
-never put into ``Meta`` (checked after rendering) and ``vkgate render`` masks the password.
+``raw_exec`` has no image and ignores it.  It cannot move to the Variable (the docker driver
+reads ``auth`` from the job, before any template runs), so it is readable with ``read-job``;
+docs/backends/nomad.md offers a credential helper on the clients instead.  It is never put into
+``Meta`` (checked after rendering) and ``vkgate render`` masks the password.
 """
 
 from __future__ import annotations
@@ -86,12 +93,14 @@ if TYPE_CHECKING:
     from translators.rendering import Renderer
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from translators import securitycontext
 from translators.base import (
     OWNER_KEY,
     OWNER_VALUE,
@@ -101,10 +110,8 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
-from translators import securitycontext
 from translators.nomad import literal
 from translators.nomad.config import NomadConfig
-from translators.nomad.literal import delimiters
 from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for, image_host
 from translators.rendering import pod_context
@@ -360,30 +367,95 @@ def constraints(node_selector: Mapping[str, str], *, node_class: str = "") -> li
 # --------------------------------------------------------------------------- volumes
 
 
-def _template(
-    vol: ResolvedVolume, path: str, content: bytes, mode: int, dest: str
-) -> dict[str, Any]:
+def variable_path(jid: str) -> str:
+    """The job's own Nomad Variable: its tasks may read it with their workload identity."""
+    return f"nomad/jobs/{jid}"
+
+
+#: Fixed delimiters of templates vkgate writes itself: the body is ours (variable path from the
+#: job ID, ``[A-Za-z0-9._-]`` only; item keys ``f<n>``/``e<n>``), never pod data.
+VAR_LEFT, VAR_RIGHT = "[[vkgate", "vkgate]]"
+
+
+class Variable:
+    """The items of a job's Nomad Variable (docs/design/secrets.md): every volume file and
+    every Secret env value of the pod, so none of them sits in the job spec."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.items: dict[str, str] = {}
+
+    def put(self, prefix: str, value: str) -> str:
+        key = f"{prefix}{sum(1 for k in self.items if k.startswith(prefix))}"
+        self.items[key] = value
+        return key
+
+    def read(self, expression: str) -> str:
+        """A template body that prints one item: the value is data, never template text."""
+        return (
+            f'{VAR_LEFT} with nomadVar "{self.path}" {VAR_RIGHT}'
+            f"{VAR_LEFT} {expression} {VAR_RIGHT}{VAR_LEFT} end {VAR_RIGHT}"
+        )
+
+
+def _template(var: Variable, content: bytes, mode: int, dest: str) -> dict[str, Any]:
+    """A file whose content is an item of the job's Variable (base64 when not UTF-8);
+    ``ChangeMode: noop``: a changed item rewrites the file without touching the task."""
     try:
-        text = content.decode("utf-8")
-        binary = False
+        key = var.put("f", content.decode("utf-8"))
+        expression = "." + key
     except UnicodeDecodeError:
-        binary = True
-        text = ""
-    if binary:
         import base64
 
-        left, right = "[[vkgate", "vkgate]]"
-        body = f'{left} base64Decode "{base64.b64encode(content).decode()}" {right}'
-    else:
-        left, right = delimiters(text)
-        body = text
+        key = var.put("f", base64.b64encode(content).decode())
+        expression = f"base64Decode .{key}.Value"
     return {
-        "EmbeddedTmpl": body,
+        "EmbeddedTmpl": var.read(expression),
         "DestPath": dest,
         "ChangeMode": "noop",
         "Perms": f"{mode:04o}",
-        "LeftDelim": left,
-        "RightDelim": right,
+        "LeftDelim": VAR_LEFT,
+        "RightDelim": VAR_RIGHT,
+    }
+
+
+#: Where a task's Secret env values are rendered (in-memory secrets dir, ``Envvars``).
+SECRET_ENV_FILE = "secrets/vkgate-secret.env"
+
+
+def secret_env_template(
+    var: Variable, env: Mapping[str, str], *, container: str
+) -> dict[str, Any] | None:
+    """An ``Envvars`` template of the Secret env values, each an item of the job's Variable
+    (quoted for go-envparse as ``literal.split_env`` quotes), so the values are not in
+    ``Env``.  ``ChangeMode: noop``: a changed Secret reaches the file, not the running process
+    (its env changes only with a restart, as on a kubelet)."""
+    if not env:
+        return None
+    ip = f'{VAR_LEFT} env "{literal.POD_IP_ATTR}" {VAR_RIGHT}'
+    lines = [f'{VAR_LEFT} with nomadVar "{var.path}" {VAR_RIGHT}']
+    for key, value in env.items():
+        if not literal.ENVFILE_KEY.fullmatch(key):
+            raise TranslationError(
+                f"env var {key!r} from a Secret: its value goes to a Nomad env file (so it is not"
+                " in the job spec), and Nomad env files only take names matching"
+                " [A-Za-z_][A-Za-z0-9_./]*",
+                field=f"spec.containers[{container}].env[{key}]",
+            )
+        parts = [
+            f"{VAR_LEFT} .{var.put('e', json.dumps(p, ensure_ascii=False)[1:-1])} {VAR_RIGHT}"
+            for p in value.split(literal.POD_IP_SENTINEL)
+        ]
+        lines.append(f'{key}="{ip.join(parts)}"\n')
+    lines.append(f"{VAR_LEFT} end {VAR_RIGHT}")
+    return {
+        "EmbeddedTmpl": "".join(lines),
+        "DestPath": SECRET_ENV_FILE,
+        "ChangeMode": "noop",
+        "Perms": "0600",
+        "Envvars": True,
+        "LeftDelim": VAR_LEFT,
+        "RightDelim": VAR_RIGHT,
     }
 
 
@@ -395,7 +467,7 @@ def volume_root(vol: ResolvedVolume) -> str:
 
 
 def task_volumes(
-    c: ResolvedContainer, volumes: Mapping[str, ResolvedVolume]
+    c: ResolvedContainer, volumes: Mapping[str, ResolvedVolume], var: Variable
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(Nomad ``Templates`` for the files, docker ``volumes`` bind strings) of one container."""
     templates: list[dict[str, Any]] = []
@@ -422,7 +494,7 @@ def task_volumes(
                 dest = f"{root}/{f.path}"
                 if dest not in written:
                     written.add(dest)
-                    templates.append(_template(vol, f.path, f.content, f.mode, dest))
+                    templates.append(_template(var, f.content, f.mode, dest))
         src = f"{root}/{m.sub_path}" if m.sub_path else root
         binds.append(f"{src}:{m.mount_path}" + (":ro" if m.read_only else ""))
     return templates, binds
@@ -575,18 +647,25 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
     volumes = {v.name: v for v in pod.volumes}
     grace = spec.get("terminationGracePeriodSeconds")
     kill_timeout = int((30 if grace is None else int(grace)) * NS)
+    jid = job_id(pod.namespace, pod.name, pod.uid, prefix=cfg.job_prefix)
+    var = Variable(variable_path(jid))
     tasks: dict[str, Any] = {}
     for c in containers:
-        templates, binds = task_volumes(c, volumes)
+        templates, binds = task_volumes(c, volumes, var)
         lifecycle = None
         if c.role == "init":
             lifecycle = {"Hook": "prestart", "Sidecar": False}
         elif c.role == "sidecar":
             lifecycle = {"Hook": "prestart", "Sidecar": True}
         argv = literal.config_literals([*c.command, *c.args])
-        env = literal.split_env({e.name: e.value for e in c.env}, container=c.name)
+        env = literal.split_env({e.name: e.value for e in c.env if not e.secret}, container=c.name)
         if env.template is not None:
             templates.append(env.template)
+        secret_env = secret_env_template(
+            var, {e.name: e.value for e in c.env if e.secret}, container=c.name
+        )
+        if secret_env is not None:
+            templates.append(secret_env)
         cred = credential_for(c.image, pod.registry_credentials)
         tasks[c.name] = {
             "name": c.name,
@@ -616,7 +695,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "kill_timeout": kill_timeout,
         }
     return {
-        "job_id": job_id(pod.namespace, pod.name, pod.uid, prefix=cfg.job_prefix),
+        "job_id": jid,
         "job_name": f"{pod.namespace}/{pod.name}",
         "group": GROUP,
         "type": jtype,
@@ -639,6 +718,9 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
         "ephemeral_disk_mb": ephemeral_disk_mb(containers),
         "mhz_per_core": factor,
         "tasks": tasks,
+        # Never rendered into the job: written as the job's Nomad Variable before it is
+        # registered (``NomadTranslator.create``).
+        "variable": {"path": var.path, "items": var.items},
     }
 
 

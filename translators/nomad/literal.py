@@ -39,7 +39,7 @@ POD_IP_ATTR = "attr.unique.network.ip-address"
 #: Nomad's env interpolation (helper/args.ReplaceEnv): a match may be replaced, unescapable.
 ENV_REFERENCE = re.compile(r"\$\{[a-zA-Z0-9_\-.]+\}")
 #: Keys go-envparse accepts in a template env file.
-_ENVFILE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./]*")
+ENVFILE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./]*")
 #: Where the env template of a task is written (in-memory secrets dir: values may be secret).
 ENV_FILE = "secrets/vkgate.env"
 
@@ -93,7 +93,7 @@ def split_env(env: Mapping[str, str], *, container: str) -> TaskEnv:
         if not needs_env_file(value):
             plain[key] = env_value(value)
             continue
-        if not _ENVFILE_KEY.fullmatch(key):
+        if not ENVFILE_KEY.fullmatch(key):
             raise TranslationError(
                 f"env var {key!r}: its value contains {ENV_REFERENCE.search(value)[0]!r}"  # type: ignore[index]
                 " which Nomad would interpolate, and the name cannot be written to a Nomad"

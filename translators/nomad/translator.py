@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
@@ -76,6 +78,7 @@ from translators.nomad.jobs import (
     mapped_namespace,
     render_job,
     template_for,
+    variable_path,
 )
 from translators.nomad.literal import POD_IP_SENTINEL
 from translators.nomad.logs import LogReader, LogTarget
@@ -197,6 +200,8 @@ class NomadTranslator:
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
+        #: (region, namespace, job ID) → digest of the Variable items last written.
+        self._variables: dict[Key, str] = {}
         self._closed = asyncio.Event()
         self._feeds: list[ChangeFeed] = []
 
@@ -411,18 +416,54 @@ class NomadTranslator:
 
     # -- create / update / delete ----------------------------------------------------------
 
-    async def _render(self, pod: ResolvedPod) -> JSON:
+    async def _render(self, pod: ResolvedPod) -> tuple[JSON, dict[str, str]]:
+        """The job and the items of its Nomad Variable (``jobs.backend_info``)."""
         factor = await self.mhz_per_core()
         name = template_for(pod, renderer=self.renderer, cfg=self.config)
         ctx = context(pod, cfg=self.config, settings=self.settings, factor=factor)
         out = await self.renderer.arender(name, ctx)
-        return finish_job(
+        spec = finish_job(
             out,
             pod,
             info=ctx["backend_info"],
             template=name,
             relaxed=self.config.relax_security_context,
         )
+        return spec, dict(ctx["backend_info"]["variable"]["items"])
+
+    async def _write_variable(
+        self, jid: str, items: Mapping[str, str], *, namespace: str, region: str
+    ) -> None:
+        """Write the job's Variable (the pod's files and Secret env values) when its items
+        differ from what this process last wrote; a task's templates re-render from it
+        (docs/design/secrets.md).  Nomad refuses a Variable without items, so none is written
+        then."""
+        key = (region, namespace, jid)
+        digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+        if not items or self._variables.get(key) == digest:
+            return
+        path = variable_path(jid)
+        await self.client.call(
+            "PUT",
+            f"/var/nomad/jobs/{jid}",
+            body={"Namespace": namespace, "Path": path, "Items": dict(items)},
+            namespace=namespace,
+            region=region,
+        )
+        self._variables[key] = digest
+
+    async def _delete_variable(self, jid: str, *, namespace: str, region: str) -> None:
+        """Remove the purged job's Variable (none: 404, done).  A failure is logged, not
+        raised: the job is gone already, and a delete must not hang on its leftovers."""
+        self._variables.pop((region, namespace, jid), None)
+        try:
+            await self.client.call(
+                "DELETE", f"/var/nomad/jobs/{jid}", namespace=namespace, region=region
+            )
+        except BackendNotFound:
+            pass
+        except BackendError as exc:
+            log.warning("nomad: removing the Variable of job %s failed: %s", jid, exc)
 
     def render_spec(self, pod: ResolvedPod) -> JSON:
         """The ``POST /v1/jobs`` body ``create`` would send (offline: F from the settings,
@@ -440,7 +481,7 @@ class NomadTranslator:
             return None
 
     async def create(self, pod: ResolvedPod) -> WorkloadState:
-        spec = await self._render(pod)
+        spec, items = await self._render(pod)
         job = spec["Job"]
         jid, ns = str(job["ID"]), str(job.get("Namespace") or "default")
         region = str(job.get("Region") or self.config.region)
@@ -455,6 +496,7 @@ class NomadTranslator:
             view = self.book.merge_job(existing, region=region)
             assert view is not None
             return self._state(view)
+        await self._write_variable(jid, items, namespace=ns, region=region)
         reply = await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
         data = reply.data or {}
         job_stub = {
@@ -476,15 +518,18 @@ class NomadTranslator:
         return state
 
     async def update(self, pod: ResolvedPod, current: WorkloadState) -> bool:
-        """Apply a changed image or changed ConfigMap/Secret file contents by re-registering the
-        job (Nomad replaces the allocation: the containers restart with the new image/files);
-        any other change (env, resources, ports, …) needs a re-create, so say so."""
-        spec = await self._render(pod)
+        """Changed ConfigMap/Secret/downward API file contents (and Secret env values) go to the
+        job's Variable: the running task's files are rewritten in place (``ChangeMode: noop``,
+        the kubelet's eventual file update; env changes with the next restart).  A changed
+        image re-registers the job (Nomad replaces the allocation); any other change (env,
+        resources, ports, …) needs a re-create, so say so."""
+        spec, items = await self._render(pod)
         job = spec["Job"]
         ns, region = str(job.get("Namespace") or "default"), str(job.get("Region") or "")
         existing = await self._get_job(job["ID"], namespace=ns, region=region)
         if existing is None:
             return False
+        await self._write_variable(str(job["ID"]), items, namespace=ns, region=region)
         changed = job_changes(existing, job)
         if not changed:
             return True
@@ -578,6 +623,7 @@ class NomadTranslator:
                 namespace=view.namespace,
                 region=view.region,
             )
+        await self._delete_variable(view.job_id, namespace=view.namespace, region=view.region)
         self.book.views.pop(view_key(view), None)
         self._runs.forget(list(view.allocs))
 

@@ -168,10 +168,14 @@ async def test_delete_stops_then_purges_once_allocations_ended(
         stop = nomad.delete(f"/v1/job/{job['ID']}").mock(
             return_value=httpx.Response(200, json={"EvalID": "e"})
         )
+        variable = nomad.delete(f"/v1/var/nomad/jobs/{job['ID']}").mock(
+            return_value=httpx.Response(200)
+        )
         await t.delete(ref, grace_seconds=30)
         await next(iter(t._purges.values()))
     requests = [c.request for c in stop.calls]
     assert [r.url.params.get("purge") for r in requests] == [None, "true"]
+    assert variable.call_count == 1  # the job's Variable goes with the purge
 
 
 async def test_token_never_appears_in_error_messages(make_translator: MakeTranslator) -> None:

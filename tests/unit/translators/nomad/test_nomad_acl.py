@@ -19,7 +19,14 @@ import httpx
 import pytest
 
 from translators.base import BackendAuthError, BackendNotFound, BackendUnavailable
-from translators.nomad.acl import ENDPOINTS, Endpoint, Need, UnlistedEndpoint, endpoint_for
+from translators.nomad.acl import (
+    ENDPOINTS,
+    VARIABLES_PATH,
+    Endpoint,
+    Need,
+    UnlistedEndpoint,
+    endpoint_for,
+)
 from translators.nomad.client import NomadClient
 from translators.nomad.config import NomadConfig
 
@@ -107,16 +114,33 @@ def parse_hcl(text: str) -> Block:
 class Grants:
     namespaces: dict[str, frozenset[str]]
     node: str  # "" | "read" | "write"
+    #: namespace → variables path → capabilities
+    variables: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
 
     def has(self, need: Need, namespace: str) -> bool:
         if need.scope == "node":
             return self.node in ("read", "write")
-        caps = self.namespaces.get(namespace, frozenset())
+        if need.scope == "variables":
+            caps = self.variables.get(namespace, {}).get(VARIABLES_PATH, frozenset())
+        else:
+            caps = self.namespaces.get(namespace, frozenset())
         return any(c in caps for c in (need.capability, *need.alternatives))
+
+
+def _variables_of(block: Block) -> dict[str, frozenset[str]]:
+    assert not block.attrs and not block.labels, "variables { path … { … } } only"
+    paths: dict[str, frozenset[str]] = {}
+    for path in block.blocks:
+        assert path.kind == "path" and set(path.attrs) == {"capabilities"}, path
+        caps = path.attrs["capabilities"]
+        assert isinstance(caps, list)
+        paths[path.labels[0]] = frozenset(caps)
+    return paths
 
 
 def grants_of(policy: Block) -> Grants:
     namespaces: dict[str, frozenset[str]] = {}
+    variables: dict[str, dict[str, frozenset[str]]] = {}
     node = ""
     for block in policy.blocks:
         if block.kind == "namespace":
@@ -124,11 +148,14 @@ def grants_of(policy: Block) -> Grants:
             caps = block.attrs["capabilities"]
             assert isinstance(caps, list)
             namespaces[block.labels[0]] = frozenset(caps)
+            for inner in block.blocks:
+                assert inner.kind == "variables", f"the policy grants {inner.kind!r}"
+                variables[block.labels[0]] = _variables_of(inner)
         elif block.kind == "node":
             node = str(block.attrs["policy"])
         else:
             raise AssertionError(f"the policy grants {block.kind!r}, which no call needs")
-    return Grants(namespaces, node)
+    return Grants(namespaces, node, variables)
 
 
 def test_the_reader_reads_what_nomad_reads() -> None:
@@ -136,6 +163,14 @@ def test_the_reader_reads_what_nomad_reads() -> None:
         '# c\nnamespace "a" {\n  capabilities = ["x", # y\n "z",]\n}\nnode { policy = "read" }\n'
     )
     assert grants_of(policy) == Grants({"a": frozenset({"x", "z"})}, "read")
+    policy = parse_hcl(
+        'namespace "a" {\n  capabilities = []\n  variables {\n    path "nomad/jobs/*" {\n'
+        '      capabilities = ["write"]\n    }\n  }\n}\n'
+    )
+    grants = grants_of(policy)
+    assert grants.has(Need("write", scope="variables"), "a")
+    assert not grants.has(Need("destroy", scope="variables"), "a")
+    assert not grants.has(Need("write"), "a")
 
 
 # --------------------------------------------------------------------------- calls in the code
@@ -220,9 +255,15 @@ def test_the_shipped_policy_grants_what_the_calls_need_and_nothing_more() -> Non
     assert not ungranted, f"calls the policy does not allow: {ungranted}"
     unused = []
     for cap in grants.namespaces[ns]:
-        fewer = Grants({ns: grants.namespaces[ns] - {cap}}, grants.node)
+        fewer = Grants({ns: grants.namespaces[ns] - {cap}}, grants.node, grants.variables)
         if all(fewer.has(n, ns) for _, n in needs):
             unused.append(cap)
+    for path, caps in grants.variables.get(ns, {}).items():
+        for cap in caps:
+            less = {**grants.variables[ns], path: caps - {cap}}
+            fewer = Grants(grants.namespaces, grants.node, {ns: less})
+            if all(fewer.has(n, ns) for _, n in needs):
+                unused.append(f"variables {path} {cap}")
     if grants.node and all(n.scope != "node" for _, n in needs):
         unused.append(f"node {grants.node}")
     assert not unused, f"grants no call needs: {unused}"

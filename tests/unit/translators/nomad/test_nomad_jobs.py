@@ -25,8 +25,10 @@ from translators.base import (
 )
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import (
+    VAR_LEFT,
+    VAR_RIGHT,
+    Variable,
     constraints,
-    delimiters,
     device_name,
     finish_job,
     is_owned,
@@ -39,7 +41,7 @@ from translators.nomad.jobs import (
     restart_policy,
     task_volumes,
 )
-from translators.nomad.literal import POD_IP_SENTINEL
+from translators.nomad.literal import POD_IP_SENTINEL, delimiters
 from translators.rendering import Renderer
 
 CFG = NomadConfig.from_settings({}, environ={})
@@ -272,17 +274,47 @@ def test_binary_files_go_through_base64decode_and_secrets_into_secrets_dir() -> 
         "certs", "secret", files=(VolumeFile("key.der", b"\xff\x00\x01", mode=0o400, secret=True),)
     )
     c = ResolvedContainer(name="app", image="x", mounts=(VolumeMount("certs", "/certs", True),))
-    templates, binds = task_volumes(c, {"certs": vol})
+    var = Variable("nomad/jobs/j")
+    templates, binds = task_volumes(c, {"certs": vol}, var)
     assert templates[0]["DestPath"] == "secrets/vkgate/certs/key.der"
-    assert templates[0]["EmbeddedTmpl"] == '[[vkgate base64Decode "/wAB" vkgate]]'
+    assert templates[0]["EmbeddedTmpl"] == (
+        '[[vkgate with nomadVar "nomad/jobs/j" vkgate]]'
+        "[[vkgate base64Decode .f0.Value vkgate]][[vkgate end vkgate]]"
+    )
+    assert var.items == {"f0": "/wAB"}
     assert templates[0]["Perms"] == "0400"
+    assert templates[0]["ChangeMode"] == "noop"
     assert binds == ["secrets/vkgate/certs:/certs:ro"]
+
+
+def test_file_contents_are_variable_items_never_template_text() -> None:
+    """Content that looks like a template (both delimiter styles) is an item, printed as
+    data: the template body is vkgate's own and names only the item."""
+    text = '{{ env "HOME" }} [[vkgate .f1 vkgate]] ${NOMAD_TASK_DIR}'
+    vol = ResolvedVolume(
+        "cfg",
+        "configMap",
+        files=(VolumeFile("a.txt", text.encode(), mode=0o644), VolumeFile("b", b"x", mode=0o600)),
+    )
+    c = ResolvedContainer(name="app", image="x", mounts=(VolumeMount("cfg", "/etc/cfg"),))
+    var = Variable("nomad/jobs/j")
+    templates, _ = task_volumes(c, {"cfg": vol}, var)
+    assert var.items == {"f0": text, "f1": "x"}
+    assert [t["EmbeddedTmpl"] for t in templates] == [
+        f'{VAR_LEFT} with nomadVar "nomad/jobs/j" {VAR_RIGHT}{VAR_LEFT} .{k} {VAR_RIGHT}'
+        f"{VAR_LEFT} end {VAR_RIGHT}"
+        for k in ("f0", "f1")
+    ]
+    assert all(text not in t["EmbeddedTmpl"] for t in templates)
+    assert [t["DestPath"] for t in templates] == ["local/vkgate/cfg/a.txt", "local/vkgate/cfg/b"]
 
 
 def test_unsupported_volume_kind_is_refused_with_the_volume_named() -> None:
     c = ResolvedContainer(name="app", image="x", mounts=(VolumeMount("data", "/data"),))
     with pytest.raises(UnsupportedError, match="'data' of kind persistentVolumeClaim"):
-        task_volumes(c, {"data": ResolvedVolume("data", "persistentVolumeClaim")})
+        task_volumes(
+            c, {"data": ResolvedVolume("data", "persistentVolumeClaim")}, Variable("nomad/jobs/j")
+        )
 
 
 # -- policy ------------------------------------------------------------------------------
