@@ -87,6 +87,17 @@ def _containers(pod: Pod) -> list[str]:
     return [str(c.get("name")) for c in every if c.get("name")]
 
 
+def _never_ran(pod: Pod, container: str) -> str:
+    """Why an ephemeral container never ran (its status: terminated with no container ID, as
+    the pod controller reports one the backend cannot run: gateway.pods.ephemeral), or ""."""
+    for cs in (pod.get("status") or {}).get("ephemeralContainerStatuses") or []:
+        if cs.get("name") == container and not cs.get("containerID"):
+            done = (cs.get("state") or {}).get("terminated") or {}
+            if done:
+                return str(done.get("message") or done.get("reason") or "")
+    return ""
+
+
 Handler = Callable[[Request, Exchange, list[str]], Awaitable[None]]
 
 
@@ -173,6 +184,9 @@ class KubeletAPI:
                 f'container "{container}" not found in pod "{ns}/{name}" '
                 f"(containers: {', '.join(names) or 'none'})",
             )
+        never = _never_ran(pod, container)
+        if never:
+            raise HttpError(400, f'container "{container}" of pod "{ns}/{name}" never ran: {never}')
         meta = pod.get("metadata") or {}
         return PodRef(ns, name, str(meta.get("uid", ""))), container
 

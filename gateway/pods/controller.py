@@ -141,6 +141,7 @@ class PodController:
             clock=self.clock,
             backend=translator.kind,
             host_ip=host_ip,
+            ephemeral_containers="ephemeralContainers" in translator.features.pod_features,
         )
         #: Container probes (gateway.probes): readiness verdicts are one more input of the
         #: status manager; the pod is synced again when one changes.

@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gateway.pods import ephemeral
 from gateway.pods import status as st
 from gateway.pods.features import ephemeral_containers
 from gateway.pods.keys import GoneKey, PodKey
@@ -369,9 +370,8 @@ def _running(
                 NoteWarned(new),
                 Event(
                     "Warning",
-                    "UnsupportedPodFeature",
-                    f"spec.ephemeralContainers: ephemeral containers ({', '.join(sorted(new))}) "
-                    f"are not supported by the {node.backend} backend and will not run",
+                    ephemeral.REASON,
+                    ephemeral.message(sorted(new), backend=node.backend),
                 ),
             ]
     applied = memory.applied

@@ -33,6 +33,7 @@ from typing import Any
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict, Invalid, NotFound
 from gateway.kube.events import EventRecorder
+from gateway.pods import ephemeral
 from gateway.pods import status as st
 from gateway.pods.memory import uid_of
 from gateway.pods.plan import (
@@ -137,12 +138,16 @@ class StatusManager:
         clock: Clock,
         backend: str,
         host_ip: Callable[[], str] = lambda: "127.0.0.1",
+        ephemeral_containers: bool = False,
     ) -> None:
         self.kube = kube
         self.events = events
         self.clock = clock
         self.backend = backend
         self.host_ip = host_ip
+        #: The backend runs ephemeral containers (else their statuses say why not:
+        #: gateway.pods.ephemeral).
+        self.ephemeral_containers = ephemeral_containers
         self.echo = EchoMemory()
         #: uid → container → its runs before the workload was re-created (restartCount base).
         self._restart_base: dict[str, dict[str, int]] = {}
@@ -199,6 +204,9 @@ class StatusManager:
             case FromWorkload(state=state):
                 desired = st.from_workload(
                     pod, self._with_readiness(state), now=now, host_ip=host_ip, backend=backend
+                )
+                desired = ephemeral.with_statuses(
+                    desired, pod, supported=self.ephemeral_containers, backend=backend, now=now
                 )
                 return st.carry_restarts(desired, pod, self._restart_base.get(uid_of(pod), {}))
             case NotCreated(reason=reason, message=message, waiting=waiting):

@@ -236,6 +236,30 @@ async def test_logs_not_found_is_404(env: Env, path: str, fragment: str) -> None
     assert r.status_code == 404 and fragment in r.text
 
 
+async def test_logs_and_exec_of_an_ephemeral_container_that_never_ran_say_why(
+    env: Env,
+) -> None:
+    """``kubectl debug -it`` falls back to the logs of an ephemeral container reported
+    terminated: the answer is the reason it never ran, not a backend "not found"."""
+    why = "spec.ephemeralContainers[dbg]: ephemeral containers are not supported by the x backend"
+    p = env.server.api.pods.get_pod("default", "p")
+    assert isinstance(p, dict)
+    p["spec"]["ephemeralContainers"] = [{"name": "dbg", "image": "busybox"}]
+    terminated = {"exitCode": 128, "reason": "UnsupportedPodFeature", "message": why}
+    p["status"]["ephemeralContainerStatuses"] = [
+        {"name": "dbg", "image": "busybox", "state": {"terminated": terminated}}
+    ]
+    async with env.http() as c:
+        logs = await c.get("/containerLogs/default/p/dbg")
+        run = await c.post("/run/default/p/dbg", params={"cmd": "ls"})
+    assert logs.status_code == 400, logs.text
+    assert 'container "dbg" of pod "default/p" never ran: ' + why in logs.text
+    assert run.status_code == 400 and why in run.text
+    # the pod's other containers are untouched
+    async with env.http() as c:
+        assert (await c.get("/containerLogs/default/p/app")).status_code == 200
+
+
 async def _raw_get(env: Env, path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer = await asyncio.open_connection(
         "127.0.0.1", env.server.port, ssl=env.client_ctx, server_hostname="127.0.0.1"
