@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,7 +37,8 @@ from gateway.offline import (
     resolve,
 )
 from translators import plugins
-from translators.base import TranslationError, TranslatorError, UnsupportedError
+from translators import securitycontext as scmod
+from translators.base import Features, TranslationError, TranslatorError, UnsupportedError
 from translators.rendering import Renderer, mask_secrets
 from vkgate_core.settings import SettingsError
 
@@ -137,6 +139,7 @@ def render_main(
                 sr=spec_renderer,
                 notes=resolved.notes,
                 choice=choice,
+                pod=inputs.pod,
             )
 
     if resolved.pod is None:
@@ -180,6 +183,7 @@ def _print_explain(
     sr: SpecRenderer,
     notes: list[str],
     choice: Any,
+    pod: Mapping[str, Any],
 ) -> None:
     lines = [f"pod file: {source}", f"backend: {backend}; rendered by {sr.via}"]
     if choice is not None:
@@ -190,8 +194,29 @@ def _print_explain(
     lines.append("  - ConfigMaps labelled vkgate.io/templates=true (live agent only; none offline)")
     lines.extend(f"  - {d}" for d in sr.renderer.dirs)
     lines.extend(f"note: {n}" for n in notes)
+    lines.extend(_security_lines(pod, sr.features, backend=backend))
     for line in lines:
         print(f"# {line}", file=err)
+
+
+def _security_lines(pod: Mapping[str, Any], features: Features, *, backend: str) -> list[str]:
+    """Every securityContext restriction of the pod and its fate on this backend
+    (docs/backends/nomad.md, "securityContext")."""
+    out: list[str] = []
+    for _, reqs in scmod.pod_requests(pod.get("spec") or {}):
+        for r in reqs:
+            can, relaxed = (
+                r.feature in features.security_context,
+                r.feature in features.relaxed_security_context,
+            )
+            if can and not relaxed:
+                fate = "enforced: the rendered spec must carry it, else the pod is refused"
+            elif relaxed:
+                fate = "relaxed by this node: runs unenforced where the spec does not carry it"
+            else:
+                fate = f"refused: the {backend} backend cannot enforce it"
+            out.append(f"securityContext: {r.where}: {fate}")
+    return out
 
 
 def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None) -> int:

@@ -134,6 +134,10 @@ META_SIDECARS = "vkgate.sidecars"
 #: The job's network mode when it is not ``host`` (absent: host, as every job before it had),
 #: so status mapping knows whether the allocation has an address of its own.
 META_NETWORK = "vkgate.network"
+#: The securityContext fields this job runs without enforcing them, relaxed by
+#: ``relax_security_context`` (absent: every restriction is carried), as
+#: ``<field path> (<why>)`` joined by "; ".
+META_SECURITY_RELAXED = "vkgate.security-relaxed"
 
 SELECTOR_MAP = {
     "kubernetes.io/arch": "${attr.cpu.arch}",
@@ -779,25 +783,36 @@ def _group(c: ResolvedContainer) -> str:
 
 
 def _check_security(
-    job: Mapping[str, Any], pod: ResolvedPod, *, relaxed: Collection[str], template: str
+    job: dict[str, Any], pod: ResolvedPod, *, relaxed: Collection[str], template: str
 ) -> None:
     """Fail closed: every securityContext restriction of a container is carried by its task as
     rendered (the docker driver with ``backend_info.tasks[*].security``), or relaxed by
-    ``relax_security_context``; else the pod is refused naming the field."""
+    ``relax_security_context``; else the pod is refused naming the first field, the message
+    listing every one.  What runs relaxed is written down in ``META_SECURITY_RELAXED``."""
     spec = pod.pod.get("spec") or {}
     tasks = {str(t.get("Name")): t for g in job["TaskGroups"] for t in (g or {}).get("Tasks") or []}
+    refused: list[tuple[securitycontext.Request, str]] = []
+    relaxed_gaps: list[str] = []
     for c in (*pod.init_containers, *pod.containers):
         reqs = securitycontext.requests(spec, c.spec, group=_group(c))
         for r, why in securitycontext.missing_in_docker_task(tasks.get(c.name) or {}, reqs):
             if r.feature in relaxed:
-                continue
-            raise UnsupportedError(
-                f"securityContext.{r.feature} cannot be enforced by the job of template "
-                f"{template}: {why}; vkgate does not run a pod with a restriction relaxed "
-                "(backend.nomad.relax_security_context lists those a node may relax)",
-                reason="UnsupportedPodFeature",
-                field=r.where,
-            )
+                relaxed_gaps.append(f"{r.where} ({why})")
+            else:
+                refused.append((r, why))
+    if refused:
+        first = refused[0][0]
+        every = "; ".join(f"{r.where}: {why}" for r, why in refused)
+        raise UnsupportedError(
+            f"securityContext.{first.feature} cannot be enforced by the job of template "
+            f"{template}, and vkgate does not run a pod with a restriction relaxed "
+            f"(backend.nomad.relax_security_context lists those a node may relax). "
+            f"Not enforced: {every}",
+            reason="UnsupportedPodFeature",
+            field=first.where,
+        )
+    if relaxed_gaps:
+        job["Meta"][META_SECURITY_RELAXED] = "; ".join(relaxed_gaps)
 
 
 def finish_job(

@@ -46,6 +46,10 @@ def task(
     return job["Job"]["TaskGroups"][0]["Tasks"][0]
 
 
+def task_job(p: ResolvedPod) -> Any:
+    return render_job(p, renderer=Renderer(), cfg=CFG, settings={}, factor=1000.0)["Job"]
+
+
 def refused(p: ResolvedPod, **kw: Any) -> UnsupportedError:
     with pytest.raises(UnsupportedError) as err:
         task(p, **kw)
@@ -124,8 +128,29 @@ def test_raw_exec_refuses_every_restriction_unless_the_node_relaxes_it() -> None
     both = NomadConfig.from_settings(
         {"relax_security_context": ["runAsUser", "readOnlyRootFilesystem"]}, environ={}
     )
-    t = task(p, cfg=both, template="nomad/raw_exec.j2")
+    job = render_job(
+        p, renderer=Renderer(), cfg=both, settings={}, factor=1000.0, template="nomad/raw_exec.j2"
+    )["Job"]
+    t = job["TaskGroups"][0]["Tasks"][0]
     assert t["Driver"] == "raw_exec" and "User" not in t  # raw_exec runs as the client's user
+    assert job["Meta"]["vkgate.security-relaxed"] == (
+        "spec.securityContext.runAsUser (the raw_exec driver cannot enforce it); "
+        "spec.containers[app].securityContext.readOnlyRootFilesystem "
+        "(the raw_exec driver cannot enforce it)"
+    )
+    assert "vkgate.security-relaxed" not in task_job(pod({"runAsUser": 1000}))["Meta"]
+
+
+def test_the_refusal_names_the_first_field_and_lists_every_one() -> None:
+    err = refused(
+        pod({"runAsUser": 1000}, readOnlyRootFilesystem=True), template="nomad/raw_exec.j2"
+    )
+    assert err.field == "spec.securityContext.runAsUser"
+    assert str(err).endswith(
+        "Not enforced: spec.securityContext.runAsUser: the raw_exec driver cannot enforce it; "
+        "spec.containers[app].securityContext.readOnlyRootFilesystem: the raw_exec driver "
+        "cannot enforce it"
+    )
 
 
 def test_a_team_template_that_drops_an_option_is_refused(tmp_path: Path) -> None:
