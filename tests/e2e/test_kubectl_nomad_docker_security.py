@@ -4,7 +4,9 @@ A pod that passes Pod Security "restricted" (plus a read-only root filesystem) r
 runAsUser, cannot write ``/``, holds no effective capabilities and has no_new_privs set — seen
 from a ``kubectl exec`` in the running container.  A restriction the backend cannot enforce
 (``runAsNonRoot`` without ``runAsUser``: vkgate cannot read the image's user before the
-container runs) fails the pod with ``UnsupportedPodFeature`` naming the field, never submitted.
+container runs) fails the pod with ``UnsupportedPodFeature`` naming the field, never submitted;
+a ``capabilities.add`` outside the client's docker ``allow_caps`` fails the container with
+``CreateContainerConfigError`` and the driver's words.
 The private dockerd and busybox image are those of test_kubectl_nomad_docker.py.
 """
 
@@ -119,4 +121,25 @@ def test_run_as_non_root_without_a_user_is_refused_naming_the_field(
     assert status["reason"] == "UnsupportedPodFeature"
     assert status["message"].startswith("spec.securityContext.runAsNonRoot: "), status
     assert "set a non-zero runAsUser" in status["message"]
+    kubectl("delete", "pod", name, "--wait=false")
+
+
+def test_a_capability_the_client_does_not_allow_fails_with_a_config_error(
+    docker_gateway: GatewayProcess, kubectl: Any
+) -> None:
+    # NET_ADMIN is outside the docker plugin's default allow_caps: Nomad's driver refuses the
+    # container — a config error of the pod (not an image pull), in the driver's words
+    name = f"d-capadd-{uuid.uuid4().hex[:5]}"
+    body = manifest(
+        name,
+        docker_gateway.node_name,
+        pod_sc={},
+        container_sc={"capabilities": {"add": ["NET_ADMIN"]}},
+    )
+    kubectl("apply", "-f", "-", input=body)
+    wait_until(f"{name} Failed", lambda: pod(kubectl, name)["status"]["phase"] == "Failed")
+    (app,) = pod(kubectl, name)["status"]["containerStatuses"]
+    done = app["state"]["terminated"]
+    assert done["reason"] == "CreateContainerConfigError", done
+    assert done["message"].endswith("does not allow the following capabilities: net_admin")
     kubectl("delete", "pod", name, "--wait=false")

@@ -80,6 +80,10 @@ _PHASES = {
 _IMAGE_ERROR = re.compile(
     r"pull|image|manifest|repository|registry|not found|unauthorized", re.IGNORECASE
 )
+#: The docker driver refusing a ``cap_add`` outside the client's ``allow_caps`` (observed on
+#: 1.6.3: "Failed to create container configuration for image …: driver does not allow the
+#: following capabilities: net_admin") — about the container's config, not its image.
+_CAPS_DENIED = re.compile(r"does not allow the following capabilities")
 _SETUP_FAILURES = {
     "Driver Failure",
     "Setup Failure",
@@ -262,13 +266,16 @@ def _run_of(
 def failure_reason(event: Mapping[str, Any], *, waiting: bool, repeated: bool = False) -> str:
     """The kubelet's reason for a task that could not start, from Nomad's failure event.
 
-    ``Failed Validation`` (the task config did not parse) → ``CreateContainerConfigError``;
+    ``Failed Validation`` (the task config did not parse) or a capability the client's docker
+    plugin does not allow (``securityContext.capabilities.add``) → ``CreateContainerConfigError``;
     a ``Driver Failure`` about the image → ``ErrImagePull`` (``ImagePullBackOff`` once
     repeated); another driver failure → ``RunContainerError`` while retrying, ``StartError``
     once terminated; other setup/hook/artifact failures → ``CreateContainerError``.
     """
     kind = event.get("Type")
-    if kind == "Failed Validation":
+    if kind == "Failed Validation" or (
+        kind == "Driver Failure" and _CAPS_DENIED.search(_message(event))
+    ):
         return "CreateContainerConfigError"
     if kind == "Driver Failure" and _IMAGE_ERROR.search(_message(event)):
         return "ImagePullBackOff" if repeated else "ErrImagePull"

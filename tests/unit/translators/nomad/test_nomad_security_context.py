@@ -12,6 +12,7 @@ import pytest
 from translators.base import ResolvedContainer, ResolvedPod, UnsupportedError
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
+from translators.nomad.status import failure_reason
 from translators.rendering import Renderer
 from vkgate_core.settings import SettingsError
 
@@ -172,3 +173,21 @@ def test_relax_names_known_fields_only() -> None:
     with pytest.raises(SettingsError) as err:
         NomadConfig.from_settings({"relax_security_context": ["runAsUsr"]}, environ={})
     assert "backend.nomad.relax_security_context" in str(err.value) and "runAsUsr" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (
+            'Failed to create container configuration for image "busybox:1.36" ("sha256:cd4a"): '
+            "driver does not allow the following capabilities: net_admin",
+            "CreateContainerConfigError",
+        ),
+        ("Failed to pull `busybox:1.36`: not found", "ErrImagePull"),
+    ],
+)
+def test_a_capability_outside_allow_caps_is_a_config_error_not_an_image_pull(
+    message: str, reason: str
+) -> None:
+    event = {"Type": "Driver Failure", "Details": {"driver_error": message}}
+    assert failure_reason(event, waiting=False) == reason
