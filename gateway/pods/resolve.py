@@ -18,7 +18,9 @@ pull secret must not restart a running one.  The rules are in ``gateway.pods.pul
 missing pull secret (404) is a Warning event, an unreadable one holds the pod and retries.
 
 Services (for service link variables) are listed per namespace and cached for the same
-interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod.  The team is
+interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod, each kept
+until 80 % of its lifetime and then requested again (the kubelet's refresh), which re-queues
+the pod: its workload's token file is updated in place where the backend can (Nomad).  The team is
 the namespace label ``vkgate.io/team`` (a live cache of the labelled namespaces, loaded before
 any pod is synced: gateway.pods.teams), else the config's namespace → team map
 (``templates.teams``); ``ResolvedPod.team_source`` says which.  Every other read here happens
@@ -42,6 +44,7 @@ mode, Batch).  ``status.hostIP(s)`` is always the node InternalIP.
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import hashlib
 import json
 import logging
@@ -57,6 +60,7 @@ from gateway.pods import features as featmod
 from gateway.pods import pullsecrets as pullmod
 from gateway.pods import volumes as volmod
 from gateway.pods.env import EnvSources, Event, Lookup, ReadError
+from gateway.pods.keys import PodKey
 from gateway.pods.teams import NamespaceTeams
 from translators.base import (
     Features,
@@ -101,8 +105,36 @@ class Lookups(Protocol):
     async def token(self, pod: Mapping[str, Any], key: volmod.TokenKey) -> str | ReadError: ...
 
 
+#: A projected service-account token is requested again at this fraction of its lifetime, as
+#: the kubelet's token manager does (docs/design/secrets.md).
+TOKEN_REFRESH_FRACTION = 0.8
+
+
+@dataclass
+class _Token:
+    value: str
+    pod_key: str
+    #: monotonic time at which it is requested again
+    refresh_at: float
+
+
+def token_lifetime(status: Mapping[str, Any], *, now: _dt.datetime, requested: int) -> float:
+    """Seconds the issued token lives: its ``expirationTimestamp`` (the API server may shorten
+    or extend the request) from now, else the requested ``expirationSeconds``."""
+    stamp = str(status.get("expirationTimestamp") or "")
+    try:
+        expires = _dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return float(requested)
+    if expires.tzinfo is None:
+        expires = expires.replace(tzinfo=_dt.UTC)
+    return max(0.0, (expires - now).total_seconds())
+
+
 class RefCache:
-    """ConfigMaps/Secrets by name, with per-pod reference tracking and periodic re-reads."""
+    """ConfigMaps/Secrets by name, with per-pod reference tracking and periodic re-reads; the
+    pods' projected service-account tokens, each kept until 80 % of its lifetime has passed
+    (``TOKEN_REFRESH_FRACTION``), when the refresh loop re-queues its pod for a new one."""
 
     def __init__(
         self,
@@ -122,6 +154,7 @@ class RefCache:
         self._cache: dict[RefKey, _Entry] = {}
         self._by_pod: dict[str, set[RefKey]] = {}
         self._services: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._tokens: dict[tuple[str, volmod.TokenKey], _Token] = {}
         #: Counters for tests and metrics.
         self.reads = 0
 
@@ -158,12 +191,20 @@ class RefCache:
 
     def untrack(self, pod_key: str) -> None:
         self._by_pod.pop(pod_key, None)
+        for key in [k for k, t in self._tokens.items() if t.pod_key == pod_key]:
+            del self._tokens[key]
 
     def tracked(self) -> set[RefKey]:
         return set().union(*self._by_pod.values()) if self._by_pod else set()
 
+    def tokens_due(self) -> set[str]:
+        """Pod keys with a token at 80 % of its lifetime: their next resolution gets a new one."""
+        now = self.clock.monotonic()
+        return {t.pod_key for t in self._tokens.values() if now >= t.refresh_at}
+
     async def refresh(self) -> set[str]:
-        """Re-read every referenced object; returns the pod keys whose references changed."""
+        """Re-read every referenced object; returns the pod keys whose references changed or
+        whose tokens are due."""
         wanted = self.tracked()
         for key in list(self._cache):
             if key not in wanted:
@@ -179,7 +220,7 @@ class RefCache:
             self._cache[key] = _Entry(value, _rv(value), self.clock.monotonic())
             if old is None or old.rv != _rv(value):
                 changed.add(key)
-        return {pod for pod, refs in self._by_pod.items() if refs & changed}
+        return {pod for pod, refs in self._by_pod.items() if refs & changed} | self.tokens_due()
 
     async def run(self, on_change: Callable[[str], None]) -> None:
         """Refresh forever; call ``on_change(pod_key)`` for pods whose references changed."""
@@ -229,8 +270,14 @@ class RefCache:
         return self.teams.team(namespace) if self.teams is not None else ""
 
     async def token(self, pod: Mapping[str, Any], key: volmod.TokenKey) -> str | ReadError:
+        """The pod's token for ``key``: the one issued before until it is due, else a new
+        TokenRequest bound to the pod."""
         audience, seconds, sa = key
         meta = pod.get("metadata") or {}
+        cache_key = (str(meta.get("uid", "")), key)
+        cached = self._tokens.get(cache_key)
+        if cached is not None and self.clock.monotonic() < cached.refresh_at:
+            return cached.value
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
@@ -251,7 +298,15 @@ class RefCache:
             )
         except ApiError as exc:
             return ReadError(str(exc))
-        return str((resp.get("status") or {}).get("token") or "")
+        status = resp.get("status") or {}
+        token = str(status.get("token") or "")
+        lifetime = token_lifetime(status, now=self.clock.now(), requested=seconds)
+        self._tokens[cache_key] = _Token(
+            token,
+            PodKey.of(pod),
+            self.clock.monotonic() + TOKEN_REFRESH_FRACTION * lifetime,
+        )
+        return token
 
 
 # --------------------------------------------------------------------------- resolution
@@ -424,8 +479,9 @@ class Resolver:
             registry_credentials=pulls.credentials,
         )
         out.pod = resolved
-        skip = {t.encode() for t in tokens.values() if isinstance(t, str)}
-        out.fingerprint = fingerprint(resolved, skip_contents=skip)
+        # Tokens are kept until due (RefCache.token): a rotated one changes the fingerprint,
+        # so the update reaches the running workload's file.
+        out.fingerprint = fingerprint(resolved)
         return out
 
     async def team(self, namespace: str) -> tuple[str, str]:

@@ -9,8 +9,8 @@ Kinds resolved here: ``configMap``, ``secret`` (``items`` / all keys, ``mode``/`
 ``optional``), ``emptyDir`` (medium and size limit only), ``downwardAPI`` (fieldRef and
 resourceFieldRef items), ``projected`` (configMap, secret, downwardAPI, serviceAccountToken).
 A ``serviceAccountToken`` source is filled from a TokenRequest the resolver made beforehand
-(``tokens``); it is *not* rotated afterwards — the file holds the token issued at create time,
-so long-running workloads should use an ``expirationSeconds`` that covers their lifetime.
+(``tokens``); ``resolve.RefCache`` requests a new one at 80 % of its lifetime, as the
+kubelet does, and the update carries it to the running workload.
 Every other kind (hostPath, persistentVolumeClaim, csi, nfs, ephemeral, image, …) — and the
 projected ``clusterTrustBundle``/``podCertificate`` sources — is *unsupported* unless the
 translator lists the kind in ``Features.volume_kinds``; then it is passed through without files
