@@ -14,9 +14,11 @@ The e2e tier's Nomad (docs/design/nomad.md, "The e2e cluster").  Unlike the ``-d
   registration); both carry ``meta.vkgate-client`` (``c1``/``c2``).  A job lands on client 2 only
   when it asks for ``pool-b``: every other e2e test's pods run on client 1.
 - bridge networking on both clients: Debian's CNI plugins (``CNI_PATH``), each client its own
-  bridge (``vkbr1``/``vkbr2``) and half of 203.0.113.0/24 (``BRIDGE_SUBNETS``), the docker
-  driver's infra image the locally imported ``PAUSE_IMAGE``; allocation addresses are routable
-  from the test process (same namespace), never beyond it.
+  bridge (``vkbr1``/``vkbr2``) and a quarter of 203.0.113.0/24 (``BRIDGE_SUBNETS``), the docker
+  driver's infra image the locally imported ``PAUSE_IMAGE``; and a CNI network ``vknet`` (a
+  conflist in each client's ``cni_config_dir``, bridges ``vknet1``/``vknet2``, the other two
+  quarters, ``CNI_SUBNETS``).  Allocation addresses are routable from the test process (same
+  namespace), never beyond it.
 
 ACLs: the bootstrap token (``management_token``) is used only to set up — the ACL policy
 vkgate ships (deploy/nomad/vkgate-policy.hcl) is applied and a client token is made from it
@@ -62,9 +64,13 @@ SERVER_NAME = "server.global.nomad"
 #: Documentation addresses (RFC 5737) of the two clients, inside the test namespace only.
 CLIENT_IPS = ("198.51.100.21", "198.51.100.22")
 #: Bridge networking of each client (docs/design/nomad.md, "Pod networking"): its own bridge
-#: and half of TEST-NET-3 (RFC 5737), so allocation addresses exist only inside the test's
+#: and a quarter of TEST-NET-3 (RFC 5737), so allocation addresses exist only inside the test's
 #: network namespace and the two clients' never overlap.
-BRIDGE_SUBNETS = ("203.0.113.0/25", "203.0.113.128/25")
+BRIDGE_SUBNETS = ("203.0.113.0/26", "203.0.113.64/26")
+#: The CNI network ``vknet`` (``network_mode = "cni/vknet"``) of each client: the other two
+#: quarters, on bridges ``vknet1``/``vknet2``, host-local leases in the client's own dir.
+CNI_NETWORK = "vknet"
+CNI_SUBNETS = ("203.0.113.128/26", "203.0.113.192/26")
 #: Where Debian's containernetworking-plugins installs the CNI plugins.
 CNI_PATH = Path("/usr/lib/cni")
 #: The plugins Nomad's bridge network runs (its own conflist: loopback, bridge with host-local
@@ -119,6 +125,32 @@ class NomadClientNode:
     #: Bridge networking: the bridge's name and the allocations' subnet ("": Nomad's defaults).
     bridge: str = ""
     bridge_subnet: str = ""
+    #: The subnet of its CNI network ``CNI_NETWORK`` ("": none).
+    cni_subnet: str = ""
+
+
+def cni_conflist(node: NomadClientNode, index: int, cni_dir: Path) -> dict[str, Any]:
+    """The operator's CNI network as a client reads it from ``cni_config_dir``: a bridge of
+    its own with host-local addresses from ``cni_subnet`` (leases under ``cni_dir``)."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": CNI_NETWORK,
+        "plugins": [
+            {"type": "loopback"},
+            {
+                "type": "bridge",
+                "bridge": f"{CNI_NETWORK}{index + 1}",
+                "isGateway": True,
+                "ipMasq": False,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": node.cni_subnet}]],
+                    "dataDir": str(cni_dir / "leases"),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
 
 
 @dataclass
@@ -351,6 +383,8 @@ def _client_config(
         bridge["bridge_network_name"] = node.bridge
     if node.bridge_subnet:
         bridge["bridge_network_subnet"] = node.bridge_subnet
+    if node.cni_subnet:
+        bridge["cni_config_dir"] = str(wd / "cni")
     cfg = {
         **_COMMON,
         "name": node.name,
@@ -446,6 +480,7 @@ def default_clients() -> tuple[NomadClientNode, ...]:
             ("raw_exec", "docker"),
             bridge="vkbr1",
             bridge_subnet=BRIDGE_SUBNETS[0],
+            cni_subnet=CNI_SUBNETS[0],
         ),
         NomadClientNode(
             "vkgate-nomad-c2",
@@ -456,6 +491,7 @@ def default_clients() -> tuple[NomadClientNode, ...]:
             node_pool="pool-b",
             bridge="vkbr2",
             bridge_subnet=BRIDGE_SUBNETS[1],
+            cni_subnet=CNI_SUBNETS[1],
         ),
     )
 
@@ -509,6 +545,10 @@ def launch_nomad_cluster(
             netns.add_veth_address(iface, node.ip)
             cwd = wd / node.name
             cwd.mkdir(parents=True)
+            if node.cni_subnet:
+                (cwd / "cni").mkdir()
+                conflist = cni_conflist(node, i, cwd / "cni")
+                (cwd / "cni" / f"{CNI_NETWORK}.conflist").write_text(json.dumps(conflist))
             ports = (free_port(node.ip), free_port(node.ip), free_port(node.ip))
             (cwd / "agent.json").write_text(
                 _client_config(

@@ -6,9 +6,10 @@ controller) and the e2e Nomad cluster, inside the test's network namespace:
 
 * bridge mode (docker): one network namespace per pod, held by the locally imported infra image —
   a sidecar reaches the main container on ``127.0.0.1``; the pod's address is its allocation's
-  (203.0.113.0/25 on client 1's bridge ``vkbr1``), and the test reaches ``podIP:containerPort``
+  (203.0.113.0/26 on client 1's bridge ``vkbr1``), and the test reaches ``podIP:containerPort``
   directly; a Service's EndpointSlice holds that address, ``ready`` following the pods' Ready
   condition.
+* ``cni/vknet``: the same on an operator's CNI network (203.0.113.128/26).
 * host mode (raw_exec, the default mode): each containerPort is a static port on the client, so
   ``podIP:containerPort`` (the client's address) answers; a second pod asking for the same port
   stays Pending with Nomad's placement failure as its message, runs on the other client when it
@@ -28,7 +29,13 @@ import pytest
 from conftest import Kubectl, unavailable, wait_until
 
 from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.nomad_cluster import BRIDGE_SUBNETS, NomadCluster, bridge_unavailable_reason
+from gateway.devstack.nomad_cluster import (
+    BRIDGE_SUBNETS,
+    CNI_NETWORK,
+    CNI_SUBNETS,
+    NomadCluster,
+    bridge_unavailable_reason,
+)
 
 #: busybox httpd serving one page that names the pod (``$POD``) from a dir in the container.
 HTTPD = 'mkdir -p /tmp/www && echo "hello from $POD" > /tmp/www/index.html && exec httpd -f -p {port} -h /tmp/www'
@@ -248,6 +255,45 @@ def test_bridge_pod_shares_localhost_answers_on_its_ip_and_backs_a_service(
     finally:
         kubectl("delete", "service", svc, "--wait=false", check=False)
         kubectl("delete", "pod", web, flaky, "--wait=false", check=False)
+
+
+def test_a_cni_network_pod_has_that_networks_address_and_shared_localhost(
+    bridge_ok: None,
+    start_cluster_gateway: Any,
+    cluster_kubectl: Kubectl,
+    nomad_cluster: NomadCluster,
+) -> None:
+    """``network_mode = "cni/vknet"``: the operator's own CNI network (a conflist in the
+    client's ``cni_config_dir``) gives the pod its address and one namespace."""
+    nomad = {**nomad_cluster.backend_settings(), "network_mode": f"cni/{CNI_NETWORK}"}
+    gw = start_cluster_gateway({"backend": {"kind": "nomad", "nomad": nomad}})
+    kubectl, name = cluster_kubectl, f"cni-{uuid.uuid4().hex[:5]}"
+    poller = "while :; do wget -qO- http://127.0.0.1:9090/; sleep 1; done"
+    containers: list[dict[str, Any]] = [
+        {
+            "name": "web",
+            "command": ["sh", "-c", HTTPD.format(port=9090)],
+            "ports": [{"name": "http", "containerPort": 9090}],
+        },
+        {"name": "poller", "command": ["sh", "-c", poller]},
+    ]
+    kubectl("apply", "-f", "-", input=pod_doc(name, gw.node_name, containers))
+    try:
+        st = wait_until(f"{name} Running with an address", lambda: running_with_ip(kubectl, name))
+        ip = st["podIP"]
+        assert ipaddress.ip_address(ip) in ipaddress.ip_network(CNI_SUBNETS[0]), st
+        assert st["podIPs"] == [{"ip": ip}] and st["hostIP"] == nomad_cluster.clients[0].ip
+        nets = job_networks(nomad_cluster, uid_of(kubectl, name))
+        assert [n["Mode"] for n in nets] == [f"cni/{CNI_NETWORK}"], nets
+        hello = f"hello from {name}\n"
+        assert wait_until(f"{ip}:9090 answers", lambda: answers(f"http://{ip}:9090/")) == hello
+        wait_until(
+            f"{name} poller reached web on localhost",
+            lambda: hello in kubectl("logs", name, "-c", "poller").stdout,
+            timeout=30,
+        )
+    finally:
+        kubectl("delete", "pod", name, "--wait=false", check=False)
 
 
 @pytest.fixture

@@ -40,6 +40,20 @@ def test_each_client_has_its_own_bridge_and_subnet_in_test_net_3(tmp_path: Path)
     assert all(n.subnet_of(ipaddress.IPv4Network("203.0.113.0/24")) for n in nets)
 
 
+def test_each_client_has_the_cni_network_on_its_own_bridge_and_subnet(tmp_path: Path) -> None:
+    c1, c2 = nc.default_clients()
+    one, two = (nc.cni_conflist(c, i, tmp_path / f"c{i}") for i, c in enumerate((c1, c2)))
+    assert one["name"] == two["name"] == nc.CNI_NETWORK
+    b1, b2 = (c["plugins"][1] for c in (one, two))
+    assert (b1["bridge"], b2["bridge"]) == ("vknet1", "vknet2")
+    assert b1["ipam"]["dataDir"] == str(tmp_path / "c0" / "leases")  # not the host's /var/lib
+    subnets = [ipaddress.IPv4Network(b["ipam"]["ranges"][0][0]["subnet"]) for b in (b1, b2)]
+    every = subnets + [ipaddress.IPv4Network(s) for s in nc.BRIDGE_SUBNETS]
+    assert all(a == b or not a.overlaps(b) for a in every for b in every)
+    cfg = _config(tmp_path, c1)["client"]
+    assert isinstance(cfg, dict) and cfg["cni_config_dir"] == str(tmp_path / "cni")
+
+
 def test_the_docker_client_holds_bridge_namespaces_with_the_local_pause_image(
     tmp_path: Path,
 ) -> None:
