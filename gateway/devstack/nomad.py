@@ -195,6 +195,7 @@ def _start_once(
     wd: Path,
     timeout: float,
     ids: tuple[int, int] | None,
+    *,
     docker_host: str | None = None,
     network_interface: str = "lo",
 ) -> NomadAgent:
@@ -278,16 +279,27 @@ def launch_nomad(
     is_root = os.geteuid() == 0
     try:
         if mode == "unprivileged" and is_root and docker_host is None:
-            return _start_once(exe, wd, timeout, _unprivileged_ids(), None, network_interface)
+            return _start_once(
+                exe, wd, timeout, _unprivileged_ids(), network_interface=network_interface
+            )
         try:
-            return _start_once(exe, wd, timeout, None, docker_host, network_interface)
+            return _start_once(
+                exe,
+                wd,
+                timeout,
+                None,
+                docker_host=docker_host,
+                network_interface=network_interface,
+            )
         except DevstackError as exc:
             if docker_host or not (mode == "auto" and is_root and "cgroup" in str(exc).lower()):
                 raise
             log.warning("nomad as root failed on cgroups; retrying as an unprivileged user")
             for leftover in ("data", "alloc", "client"):
                 shutil.rmtree(wd / leftover, ignore_errors=True)
-            return _start_once(exe, wd, timeout, _unprivileged_ids(), None, network_interface)
+            return _start_once(
+                exe, wd, timeout, _unprivileged_ids(), network_interface=network_interface
+            )
     except BaseException:
         if workdir is None:
             shutil.rmtree(wd, ignore_errors=True)
