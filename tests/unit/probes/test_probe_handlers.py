@@ -1,12 +1,11 @@
-"""One probe attempt per handler kind (gateway/probes/handlers.py): httpGet through an httpx
-transport seam, tcpSocket against a local listener, exec through a fake ``Executor``."""
+"""One probe attempt per handler kind (gateway/probes/handlers.py): httpGet against a local
+HTTP server, tcpSocket against a local listener, exec through a fake ``Executor``."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
-import httpx
 import pytest
 
 from gateway.probes.handlers import Handlers, Target
@@ -17,46 +16,85 @@ TARGET = Target(
 )
 
 
-def http_handlers(seen: list[httpx.Request], status: int = 200) -> Handlers:
-    def answer(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(status, text="fine")
+class Server:
+    """A local HTTP server answering ``status``; records each request's head."""
 
-    return Handlers(executor=None, client=httpx.AsyncClient(transport=httpx.MockTransport(answer)))
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.heads: list[str] = []
+        self.port = 0
+
+    async def __aenter__(self) -> Server:
+        async def answer(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            self.heads.append((await r.readuntil(b"\r\n\r\n")).decode())
+            w.write(f"HTTP/1.1 {self.status} X\r\nContent-Length: 0\r\n\r\n".encode())
+            await w.drain()
+            w.close()
+
+        self.server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+        await self.server.wait_closed()
 
 
-async def test_http_get_named_port_scheme_host_path_headers() -> None:
-    seen: list[httpx.Request] = []
-    h = http_handlers(seen)
-    action = {
-        "scheme": "HTTPS",
-        "host": "10.1.2.3",
-        "path": "healthz",
-        "port": "http",
-        "httpHeaders": [{"name": "X-Probe", "value": "yes"}, {"name": "Host", "value": "web"}],
-    }
-    res = await h.run("httpGet", action, TARGET, 1.0)
+def target(port: int) -> Target:
+    return Target(ref=TARGET.ref, container="app", pod_ip="127.0.0.1", ports={"http": port})
+
+
+async def test_http_get_named_port_host_path_headers() -> None:
+    async with Server() as srv:
+        action = {
+            "host": "127.0.0.1",
+            "path": "healthz",
+            "port": "http",
+            "httpHeaders": [{"name": "X-Probe", "value": "yes"}, {"name": "host", "value": "web"}],
+        }
+        res = await Handlers(executor=None).run("httpGet", action, target(srv.port), 1.0)
     assert res.ok
-    assert str(seen[0].url) == "https://10.1.2.3:8080/healthz"
-    assert seen[0].headers["x-probe"] == "yes"
-    assert seen[0].headers["host"] == "web"
-    assert seen[0].headers["user-agent"].startswith("kube-probe/")
+    lines = srv.heads[0].split("\r\n")
+    assert lines[0] == "GET /healthz HTTP/1.1"
+    assert "X-Probe: yes" in lines and "host: web" in lines
+    assert not any(h.startswith("Host:") for h in lines)  # the probe's Host header wins
+    assert any(h.startswith("User-Agent: kube-probe/") for h in lines)
 
 
 @pytest.mark.parametrize(
     ("status", "ok"), [(200, True), (302, True), (399, True), (400, False), (500, False)]
 )
 async def test_http_status_ranges(status: int, ok: bool) -> None:
-    seen: list[httpx.Request] = []
-    res = await http_handlers(seen, status).run("httpGet", {"port": 80}, TARGET, 1.0)
+    async with Server(status) as srv:
+        res = await Handlers(executor=None).run("httpGet", {"port": srv.port}, TARGET, 1.0)
     assert res.ok is ok
-    assert str(seen[0].url) == "http://127.0.0.1/"  # host defaults to the pod IP
+    assert f"Host: 127.0.0.1:{srv.port}" in srv.heads[0]  # host defaults to the pod IP
     if not ok:
         assert res.output == f"HTTP probe failed with statuscode: {status}"
 
 
+async def test_http_get_refused_and_timeout() -> None:
+    async with Server() as srv:
+        port = srv.port
+    res = await Handlers(executor=None).run("httpGet", {"port": port}, TARGET, 1.0)
+    assert not res.ok and res.output.startswith(f'Get "http://127.0.0.1:{port}/": ')
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        held.append(w)  # accepts and never answers
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    res = await Handlers(executor=None).run("httpGet", {"port": port}, TARGET, 0.05)
+    assert not res.ok and "context deadline exceeded" in res.output
+    for w in held:
+        w.close()
+    silent.close()
+    await silent.wait_closed()
+
+
 async def test_http_unknown_named_port_fails_naming_it() -> None:
-    res = await http_handlers([]).run("httpGet", {"port": "metrics"}, TARGET, 1.0)
+    res = await Handlers(executor=None).run("httpGet", {"port": "metrics"}, TARGET, 1.0)
     assert not res.ok and "metrics" in res.output
 
 
