@@ -1,8 +1,11 @@
 """Secrets stay secret, end to end on real Nomad at debug log level: a pod with an env value
-from a Secret, a Secret volume and an image pull Secret runs, is exec'd into and its logs are
-read, with the Nomad ACL token set — every value a canary.  Then the gateway's whole log, the
-pod's Events and status, and the gateway's and the kubelet API's metrics are searched for the
-canaries (docs/design/secrets.md).  The exec proves the values arrived, by digest only."""
+from a Secret, envFrom a Secret, a Secret volume, a projected service-account token and an image
+pull Secret runs, is exec'd into and its logs are read, with the Nomad ACL token set — every
+value a canary.  Then the gateway's whole log, the pod's Events and status, the gateway's and
+the kubelet API's metrics, and Nomad's own objects as the management token reads them (the job,
+every job version, its evaluations and allocations) are searched for the canaries
+(docs/design/secrets.md); the job's Variable, which holds them, is gone after the delete.  The
+exec proves the values arrived, by digest only."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import base64
 import hashlib
 import json
 import time
+import urllib.error
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +55,7 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
         "env": f"canary-env-{tag}",
         "file": f"canary-file-{tag}",
         "pull": f"canary-pull-{tag}",
+        "envfrom": f"canary-envfrom-{tag}",
     }
     ns = f"canary-{tag[:6]}"
     kubectl("create", "namespace", ns)
@@ -80,6 +85,17 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
         },
         {
             "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "app", "namespace": ns},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "bulk", "namespace": ns},
+            "stringData": {"FROM_SECRET": canary["envfrom"]},
+        },
+        {
+            "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": "pull", "namespace": ns},
             "type": "kubernetes.io/dockerconfigjson",
@@ -95,7 +111,23 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
                 "terminationGracePeriodSeconds": 1,
                 "tolerations": [{"operator": "Exists"}],
                 "imagePullSecrets": [{"name": "pull"}],
-                "volumes": [{"name": "creds", "secret": {"secretName": "creds"}}],
+                "serviceAccountName": "app",
+                "volumes": [
+                    {"name": "creds", "secret": {"secretName": "creds"}},
+                    {
+                        "name": "api",
+                        "projected": {
+                            "sources": [
+                                {
+                                    "serviceAccountToken": {
+                                        "path": "token",
+                                        "expirationSeconds": 3600,
+                                    }
+                                }
+                            ]
+                        },
+                    },
+                ],
                 "containers": [
                     {
                         "name": "app",
@@ -107,7 +139,11 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
                                 "valueFrom": {"secretKeyRef": {"name": "creds", "key": "env"}},
                             }
                         ],
-                        "volumeMounts": [{"name": "creds", "mountPath": "/etc/creds"}],
+                        "envFrom": [{"secretRef": {"name": "bulk"}}],
+                        "volumeMounts": [
+                            {"name": "creds", "mountPath": "/etc/creds"},
+                            {"name": "api", "mountPath": "/var/run/api"},
+                        ],
                     }
                 ],
             },
@@ -123,12 +159,37 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
         )
         return result
 
-    wait_until("the pod Running", lambda: pod()["status"].get("phase") == "Running")
+    try:
+        wait_until("the pod Running", lambda: pod()["status"].get("phase") == "Running")
+    except AssertionError as exc:
+        events = kubectl("get", "events", "-n", ns, check=False).stdout
+        raise AssertionError(f"{exc}\nstatus: {pod()['status']}\nevents:\n{events}") from None
     # exec: the values arrived (compared by digest, so the command line carries no canary)
-    script = 'echo "env=$(printf %s "$CANARY" | md5sum)"; f=$(find . -path "*vkgate/creds/file" | head -1); echo "file=$(md5sum < "$f")"'
+    script = (
+        'echo "env=$(printf %s "$CANARY" | md5sum)"; '
+        'echo "envfrom=$(printf %s "$FROM_SECRET" | md5sum)"; '
+        'f=$(find . -path "*vkgate/creds/file" | head -1); echo "file=$(md5sum < "$f")"'
+    )
     out = kubectl("exec", "-n", ns, "app", "--", "/bin/sh", "-c", script, timeout=30)
     assert f"env={md5(canary['env'])}" in out.stdout, out.stdout
+    assert f"envfrom={md5(canary['envfrom'])}" in out.stdout, out.stdout
     assert f"file={md5(canary['file'])}" in out.stdout, out.stdout
+    # the projected token: read once (the test must know it to search for it), a JWT of the pod
+    token_out = kubectl(
+        "exec",
+        "-n",
+        ns,
+        "app",
+        "--",
+        "/bin/sh",
+        "-c",
+        'cat "$(find . -path "*vkgate/api/token" | head -1)"',
+        timeout=30,
+    ).stdout
+    assert token_out.count(".") == 2, "a JWT"
+    claims = json.loads(base64.urlsafe_b64decode(token_out.split(".")[1] + "=="))
+    assert claims["kubernetes.io"]["pod"]["name"] == "app"
+    canary["sa-token"] = token_out
     logs = kubectl("logs", "-n", ns, "app", timeout=30)
     assert logs.stdout == "started\n"
 
@@ -144,8 +205,36 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
     for path in ("metrics/resource", "stats/summary", "metrics"):
         raw = kubectl("get", "--raw", f"/api/v1/nodes/{gw.node_name}/proxy/{path}", check=False)
         places[f"kubelet {path}"] = raw.stdout + raw.stderr
+    # Nomad's objects, as an operator with read-job (here: the management token) sees them
+    jobs = nomad_agent.request("GET", "/v1/jobs?namespace=*&prefix=" + f"{ns}-app-")
+    assert len(jobs) == 1, jobs
+    jid, job_ns = jobs[0]["ID"], jobs[0]["Namespace"]
+    q = f"?namespace={job_ns}"
+    places["nomad job"] = json.dumps(nomad_agent.request("GET", f"/v1/job/{jid}{q}"))
+    places["nomad job versions"] = json.dumps(
+        nomad_agent.request("GET", f"/v1/job/{jid}/versions{q}")
+    )
+    places["nomad evaluations"] = json.dumps(
+        nomad_agent.request("GET", f"/v1/job/{jid}/evaluations{q}")
+    )
+    allocs = nomad_agent.request("GET", f"/v1/job/{jid}/allocations{q}")
+    places["nomad allocations"] = json.dumps(
+        [nomad_agent.request("GET", f"/v1/allocation/{a['ID']}{q}") for a in allocs]
+    )
+    # the values are in the job's Variable (docs/backends/nomad.md "Secrets and Nomad Variables")
+    variable = json.dumps(nomad_agent.request("GET", f"/v1/var/nomad/jobs/{jid}{q}"))
+    assert canary["env"] in variable and canary["sa-token"] in variable
     kubectl("delete", "pod", "-n", ns, "app", "--wait=true", timeout=60)
     places["gateway log"] = gw.log_text()  # the delete too
+
+    def variable_gone() -> bool:
+        try:
+            nomad_agent.request("GET", f"/v1/var/nomad/jobs/{jid}{q}")
+        except urllib.error.HTTPError as exc:
+            return exc.code == 404
+        return False
+
+    wait_until("the job's Variable removed with its purge", variable_gone, timeout=60)
 
     assert "DEBUG" in places["gateway log"]  # it really ran at debug
     assert all(places.values()), [k for k, v in places.items() if not v]
