@@ -492,6 +492,15 @@ class Executor(Protocol):
 
 
 @runtime_checkable
+class Restarter(Protocol):
+    """Kill one running container and start it again in place, as the kubelet does when a
+    liveness or startup probe fails (docs/design/probes.md); the backend counts the restart,
+    so the container's ``restartCount`` and ``lastState`` follow from its state."""
+
+    async def restart_container(self, ref: PodRef, container: str) -> None: ...
+
+
+@runtime_checkable
 class Attacher(Protocol):
     """``kubectl attach``: join the container's running main process (its stdin/stdout)."""
 

@@ -47,7 +47,7 @@ from gateway.pods import status as st
 from gateway.pods.act import PodActor
 from gateway.pods.decide import Node
 from gateway.pods.keys import GoneKey, PodKey, QueueKey
-from gateway.pods.memory import BackendView, RefVersions, uid_of
+from gateway.pods.memory import BackendView, RefVersions, pod_ref, uid_of
 from gateway.pods.plan import Defer, Retry
 from gateway.pods.queue import ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
@@ -60,6 +60,7 @@ from translators.base import (
     BackendThrottled,
     Executor,
     Notifier,
+    Restarter,
     Translator,
     TranslatorError,
     WorkloadState,
@@ -151,6 +152,7 @@ class PodController:
             clock=self.clock,
             set_readiness=self.status.set_container_readiness,
             queue=lambda key: self.queue.add(PodKey(key)),
+            restart=self._restart_container if isinstance(translator, Restarter) else None,
         )
         resolver = Resolver(
             self.refs,
@@ -204,6 +206,24 @@ class PodController:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_list = float("-inf")
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _restart_container(self, pod: Pod, container: str, why: str) -> None:
+        """A liveness or startup probe failed: the backend restarts the container (its state
+        then shows the restart, and the next list or change queues the pod)."""
+        assert isinstance(self.translator, Restarter)
+        try:
+            await self.translator.restart_container(pod_ref(pod), container)
+        except TranslatorError as exc:
+            log.warning("%s: restart of %s failed: %s", PodKey.of(pod), container, exc)
+            await self.events.record(
+                pod,
+                type="Warning",
+                reason="FailedRestart",
+                message=f"{why}, but the backend refused: {exc}",
+                field_path=f"spec.containers{{{container}}}",
+            )
+            return
+        self.view.refresh_soon()
 
     # -- cache access (the kubelet server uses these) --------------------------------------
 

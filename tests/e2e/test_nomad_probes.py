@@ -130,3 +130,53 @@ def test_readiness_follows_each_handler_kind(
         assert _events(control_plane, late, "Unhealthy"), "failed attempts before it served"
     finally:
         kubectl("delete", "pod", *pods, "--wait=false", check=False)
+
+
+def test_a_hung_process_is_restarted_by_its_liveness_probe(
+    start_gateway: Any, control_plane: Any, kubectl: Any, nomad_cluster: NomadCluster
+) -> None:
+    gw = start_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {**nomad_cluster.backend_settings(), "template": "nomad/raw_exec.j2"},
+            }
+        }
+    )
+    tag = uuid.uuid4().hex[:5]
+    port = 20000 + int(tag, 16) % 20000
+    name = f"hung-{tag}"
+    doc = json.loads(_pod(name, gw.node_name, "echo started; exec sleep 300", {}, port))
+    app = doc["spec"]["containers"][0]
+    del app["readinessProbe"]
+    # nothing ever listens: the "hung" process fails its liveness probe
+    app["livenessProbe"] = {
+        "tcpSocket": {"port": "http"},
+        "periodSeconds": 1,
+        "failureThreshold": 2,
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(doc))
+    try:
+        st = wait_until(
+            f"{name} restarted",
+            lambda: (
+                (s := _status(control_plane, name)).get("containerStatuses")
+                and s["containerStatuses"][0]["restartCount"] >= 1
+                and s
+            ),
+            90,
+        )
+        cs = st["containerStatuses"][0]
+        assert "terminated" in cs["lastState"], cs
+        killing = wait_until(f"{name} Killing", lambda: _events(control_plane, name, "Killing"))
+        assert killing[0]["message"] == "Container app failed liveness probe, will be restarted"
+        unhealthy = _events(control_plane, name, "Unhealthy")
+        assert unhealthy and unhealthy[0]["message"].startswith("Liveness probe failed: dial tcp")
+        # it runs again (and is restarted again: the probe keeps failing)
+        wait_until(
+            f"{name} running again",
+            lambda: "running" in (_status(control_plane, name)["containerStatuses"][0]["state"]),
+            60,
+        )
+    finally:
+        kubectl("delete", "pod", name, "--wait=false", check=False)

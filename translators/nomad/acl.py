@@ -159,6 +159,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "SIGKILL when a delete's grace is shorter than the task's kill timeout",
     ),
     Endpoint(
+        "POST",
+        "/client/allocation/:alloc_id/restart",
+        (_ns("alloc-lifecycle"),),
+        "restart a container whose liveness or startup probe failed",
+    ),
+    Endpoint(
         "GET",
         "/client/allocation/:alloc_id/stats",
         (_ns("read-job"),),

@@ -844,6 +844,25 @@ class NomadTranslator:
             await session.close_stdin()
         return session
 
+    async def restart_container(self, ref: PodRef, container: str) -> None:
+        """Restarter: ``POST /v1/client/allocation/:id/restart`` with the task; Nomad kills
+        the task (its kill timeout) and starts it again, counting the restart in the task's
+        ``Restarts`` (restartCount) without its restart policy's delay."""
+        view, alloc = await self._current_alloc(ref, container)
+        if alloc.get("ClientStatus") != "running":
+            raise BackendRejected(
+                f"cannot restart a container that is not running (pod {ref.key}, "
+                f"allocation {alloc.get('ClientStatus')})",
+                reason="ContainerNotRunning",
+            )
+        await self.client.call(
+            "POST",
+            f"/client/allocation/{alloc['ID']}/restart",
+            body={"TaskName": container},
+            namespace=view.namespace,
+            region=view.region,
+        )
+
     # -- metrics ----------------------------------------------------------------------------
 
     async def usage(self) -> NodeUsage:

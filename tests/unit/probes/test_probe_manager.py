@@ -191,3 +191,26 @@ async def test_liveness_waits_for_the_startup_probe_and_failure_is_an_event() ->
         "spec.containers{app}",
     ) in h.events.got
     h.prober.stop()
+
+
+async def test_a_failed_liveness_probe_restarts_the_container_once_per_instance() -> None:
+    h = Harness()
+    restarts: list[tuple[str, str]] = []
+
+    async def restart(p: Pod, container: str, why: str) -> None:
+        restarts.append((container, why))
+
+    h.prober.restart = restart
+    probes = {"livenessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 3}}
+    p = pod(probes)
+    await h.sync(p, state(h.clock))
+    await h.clock.advance(5.9)
+    assert restarts == []  # two failures, threshold three
+    await h.clock.advance(0.1)
+    assert restarts == [("app", "Container app failed liveness probe, will be restarted")]
+    await h.clock.advance(30)
+    assert len(restarts) == 1  # on hold until the backend shows the restarted instance
+    await h.sync(p, state(h.clock, container_id="c2"))
+    await h.clock.advance(6)
+    assert len(restarts) == 2
+    h.prober.stop()
