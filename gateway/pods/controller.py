@@ -153,6 +153,7 @@ class PodController:
             set_readiness=self.status.set_container_readiness,
             queue=lambda key: self.queue.add(PodKey(key)),
             restart=self._restart_container if isinstance(translator, Restarter) else None,
+            set_started=self.status.set_container_started,
         )
         resolver = Resolver(
             self.refs,

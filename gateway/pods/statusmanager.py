@@ -8,7 +8,9 @@ pod status; everything else hands it *inputs* (docs/design/pod-sync.md, "The sta
 * ``workload_recreated(pod)`` — the backend lost a workload that runs again: restart counts
   carry over;
 * ``set_container_readiness(uid, container, ready)`` — a container's readiness as a probe sees
-  it (a container a probe calls unready is unready whatever the backend says).
+  it (a container a probe calls unready is unready whatever the backend says);
+* ``set_container_started(uid, container, started)`` — a container whose startup probe has
+  not passed is not ``started`` (nor ready), whatever the backend says.
 
 The status is rendered from the latest of these at write time (``gateway.pods.status`` holds
 the rules), diffed against what the API server has — or against our own last write while its
@@ -153,6 +155,8 @@ class StatusManager:
         self._restart_base: dict[str, dict[str, int]] = {}
         #: uid → container → readiness as a probe sees it.
         self._readiness: dict[str, dict[str, bool]] = {}
+        #: uid → container → started as its startup probe sees it.
+        self._started: dict[str, dict[str, bool]] = {}
         #: status writes per pod key (the happy path should need <= 3).
         self.writes: Counter[str] = Counter()
         self.stats: Counter[str] = Counter()
@@ -183,6 +187,14 @@ class StatusManager:
         current[container] = ready
         return True
 
+    def set_container_started(self, uid: str, container: str, started: bool) -> bool:
+        """A startup probe's verdict on ``container`` of pod ``uid``; True when it changed."""
+        current = self._started.setdefault(uid, {})
+        if current.get(container) == started:
+            return False
+        current[container] = started
+        return True
+
     def is_own_echo(self, pod: Pod) -> bool:
         """Whether this watch event is the echo of our own status write (nothing new)."""
         rv = str((pod.get("metadata") or {}).get("resourceVersion", ""))
@@ -193,6 +205,7 @@ class StatusManager:
         self.echo.forget(uid)
         self._restart_base.pop(uid, None)
         self._readiness.pop(uid, None)
+        self._started.pop(uid, None)
         self.writes.pop(key, None)
 
     # -- rendering ---------------------------------------------------------------------------
@@ -208,6 +221,7 @@ class StatusManager:
                 desired = ephemeral.with_statuses(
                     desired, pod, supported=self.ephemeral_containers, backend=backend, now=now
                 )
+                desired = self._with_started(desired, state.ref.uid)
                 return st.carry_restarts(desired, pod, self._restart_base.get(uid_of(pod), {}))
             case NotCreated(reason=reason, message=message, waiting=waiting):
                 return st.pending(
@@ -227,6 +241,20 @@ class StatusManager:
                 base = self._base(pod)
                 return {**base, "reason": "ProviderDeleteFailed", "message": message}
         raise AssertionError(source)  # pragma: no cover
+
+    def _with_started(self, desired: dict[str, Any], uid: str) -> dict[str, Any]:
+        """A running container whose startup probe has not passed: ``started`` false."""
+        waiting = {n for n, ok in (self._started.get(uid) or {}).items() if not ok}
+        statuses = desired.get("containerStatuses")
+        if not waiting or not statuses:
+            return desired
+        return {
+            **desired,
+            "containerStatuses": [
+                {**s, "started": False} if s.get("name") in waiting and s.get("started") else s
+                for s in statuses
+            ],
+        }
 
     def _with_readiness(self, state: WorkloadState) -> WorkloadState:
         probed = self._readiness.get(state.ref.uid)

@@ -13,6 +13,8 @@ manager").
   sync writes the status.
 * Every failed attempt is a Warning Event ``Unhealthy`` (``Readiness probe failed: <output>``
   on ``spec.containers{name}``), aggregated by the Event recorder as the kubelet's are.
+* A container with a startup probe is not ``started`` (``set_started``) — nor ready, when it
+  has no readiness probe — until that probe passes.
 * A liveness or startup verdict of failure is handed to ``restart`` (None: an Event says the
   container would be restarted, and nothing else happens).
 """
@@ -71,6 +73,7 @@ class Prober:
         set_readiness: Callable[[str, str, bool], bool],
         queue: Callable[[str], None],
         restart: Restart | None = None,
+        set_started: Callable[[str, str, bool], bool] = lambda uid, name, started: False,
     ) -> None:
         self.handlers = handlers
         self.events = events
@@ -78,6 +81,7 @@ class Prober:
         self.set_readiness = set_readiness
         self.queue = queue
         self.restart = restart
+        self.set_started = set_started
         #: uid → container → its workers.
         self._pods: dict[str, dict[str, _Container]] = {}
         #: uid → the pod's latest object (Events are about it).
@@ -110,9 +114,14 @@ class Prober:
             if have is None and cs is not None and pod_ip:
                 have = self._start(pod, c, cs, pod_ip, probes)
                 mine[name] = have
+            started = have is not None and have.started()
+            if Kind.STARTUP in probes:
+                self.set_started(uid, name, started)
             if Kind.READINESS in probes:
                 ready = have is not None and have.workers[Kind.READINESS].result is True
                 self.set_readiness(uid, name, ready)
+            elif Kind.STARTUP in probes:  # no readiness probe: ready once started
+                self.set_readiness(uid, name, started)
         for name in set(mine) - {str(c.get("name", "")) for c in containers}:
             mine.pop(name).stop()
 
@@ -186,10 +195,18 @@ class Prober:
                 if self.set_readiness(uid, name, ok):
                     self.queue(key)
             case Kind.STARTUP if ok:
-                # readiness and liveness start now (the kubelet triggers readiness at once)
+                # readiness and liveness start now (the kubelet triggers readiness at once);
+                # without a readiness probe the container is ready once started
+                self.set_started(uid, name, True)
+                if Kind.READINESS not in self._probes_of(w):
+                    self.set_readiness(uid, name, True)
                 self.queue(key)
             case Kind.LIVENESS | Kind.STARTUP if not ok:
                 await self._failed(w)
+
+    def _probes_of(self, w: Worker) -> dict[Kind, Any]:
+        c = (self._pods.get(w.target.ref.uid) or {}).get(w.target.container)
+        return dict(c.workers) if c is not None else {}
 
     async def _failed(self, w: Worker) -> None:
         pod = self._objects.get(w.target.ref.uid)

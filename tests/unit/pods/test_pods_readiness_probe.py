@@ -94,3 +94,30 @@ async def test_a_pod_without_probes_is_ready_when_running(h: ControllerHarness) 
     await run_for(h.clock, 8)
     assert conditions(h.kube.pod("plain") or {})["Ready"] == "True"
     assert h.ctl.prober.workers == 0
+
+
+async def test_started_and_ready_wait_for_the_startup_probe(h: ControllerHarness) -> None:
+    assert h.ctl is not None
+    answers = Answers()
+    h.ctl.prober.handlers = answers  # type: ignore[assignment]
+    probe = {"tcpSocket": {"port": 8080}, "periodSeconds": 2, "failureThreshold": 30}
+    h.kube.add(
+        {
+            "kind": "Pod",
+            "metadata": {"name": "slow"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "app", "startupProbe": probe}]},
+        }
+    )
+    await run_for(h.clock, 10)
+    p = h.kube.pod("slow")
+    assert p is not None and p["status"]["phase"] == "Running"
+    (cs,) = p["status"]["containerStatuses"]
+    assert "running" in cs["state"] and cs["started"] is False and cs["ready"] is False
+    assert conditions(p)["Ready"] == "False"
+    answers.ok = True
+    await run_for(h.clock, 2.25)
+    p = h.kube.pod("slow")
+    assert p is not None
+    (cs,) = p["status"]["containerStatuses"]
+    assert cs["started"] is True and cs["ready"] is True
+    assert conditions(p)["Ready"] == "True"
