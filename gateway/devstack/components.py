@@ -24,7 +24,12 @@ ETCD_VERSION = "3.6.16"
 NOMAD_VERSION = "1.6.3"
 NOMAD_COMMIT = "e0497bff1437"
 METRICS_SERVER_VERSION = "0.9.0"
+#: Go virtual-kubelet of the burst benchmark's agents (gomod/vkbench): bench/ compares with
+#: this library version, so it moves only with a new benchmark run.
 VK_VERSION = "1.13.0"
+#: The upstream virtual-kubelet e2e suite (gomod/vk-e2e): the newest release the module proxy
+#: serves (docs/design/upstream-e2e.md).
+VK_E2E_VERSION = "1.14.1"
 HELM_VERSION = "3.22.0"
 
 #: Nomad is built from v1.6.3, the newest release under the MPL-2.0: from v1.7.0 on
@@ -195,14 +200,27 @@ def metrics_server(version: str = METRICS_SERVER_VERSION) -> Module:
     )
 
 
-def vk_e2e(version: str = VK_VERSION) -> Module:
+#: The monolithic genproto module after googleapis/api moved out of it (the version
+#: Kubernetes 1.28 pinned): without it the e2e suite's graph selects the 2020 monolith, which
+#: still holds ``googleapis/api/expr/v1alpha1`` — cel-go's import is then found in two modules
+#: ("ambiguous import") and ``go mod tidy`` fails (docs/design/upstream-e2e.md, "Pins").
+GENPROTO_AFTER_SPLIT = "v0.0.0-20230526203410-71b5a4ffd15e"
+
+
+def vk_e2e(version: str = VK_E2E_VERSION) -> Module:
     """The upstream virtual-kubelet e2e suite, compiled into a test binary (``vke2e_test.go``)."""
     return Module(
         folder="vk-e2e",
         version=version,
         binaries=(Binary("vk-e2e", "vkgate.local/build/vk-e2e", test=True),),
-        requires=(f"github.com/virtual-kubelet/virtual-kubelet v{version}",),
-        get=(f"github.com/virtual-kubelet/virtual-kubelet/test/e2e@v{version}",),
+        requires=(
+            f"github.com/virtual-kubelet/virtual-kubelet v{version}",
+            f"google.golang.org/genproto {GENPROTO_AFTER_SPLIT}",
+        ),
+        get=(
+            f"github.com/virtual-kubelet/virtual-kubelet/test/e2e@v{version}",
+            f"google.golang.org/genproto@{GENPROTO_AFTER_SPLIT}",
+        ),
     )
 
 

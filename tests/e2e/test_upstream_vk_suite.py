@@ -1,4 +1,4 @@
-"""The upstream virtual-kubelet e2e suite (v1.13.0, package ``test/e2e``) against vkgate.
+"""The upstream virtual-kubelet e2e suite (v1.14.1, package ``test/e2e``) against vkgate.
 
 The suite is compiled from its pinned Go module (gateway/devstack/gomod/vk-e2e) into a test
 binary and run unmodified: 9 tests — env refs to missing ConfigMaps/Secrets (optional and
