@@ -110,7 +110,7 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
-from translators.nomad import literal
+from translators.nomad import images, literal
 from translators.nomad.config import NomadConfig
 from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for, image_host
@@ -841,6 +841,7 @@ def finish_job(
         raise TranslationError("Job.Meta must be an object", template=template, field="Job.Meta")
     meta = {str(k): str(v) for k, v in meta.items()}
     meta.update(info["meta"])
+    meta.update(images.meta(job))
     secrets = _secret_values(pod)
     for k, v in meta.items():
         if any(s in v for s in secrets):

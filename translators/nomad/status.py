@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from translators.base import ContainerState, Phase, PodRef, WorkloadState
+from translators.nomad import images
 from translators.nomad.jobs import (
     META_CONTAINERS,
     META_INIT,
@@ -115,6 +116,8 @@ class JobView:
     placement: str = ""
     #: The job's group network mode (``Meta["vkgate.network"]``, else ``host``).
     network_mode: str = "host"
+    #: Task → imageID, for docker tasks pinned by digest (translators/nomad/images.py).
+    image_ids: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def own_address(self) -> bool:
@@ -139,6 +142,7 @@ class JobView:
             init_containers=_names(meta.get(META_INIT, "")),
             sidecars=_names(meta.get(META_SIDECARS, "")),
             network_mode=meta.get(META_NETWORK) or "host",
+            image_ids=images.parse(meta.get(images.META_IMAGE_IDS, "")),
             status=str(job.get("Status") or "pending"),
             stop=bool(job.get("Stop")),
             modify_index=int(job.get("ModifyIndex") or 0),
@@ -609,9 +613,23 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         pod_ip=pod_ip(alloc, host_ip, own_address=view.own_address),
         host_ip=host_ip,
         started_at=parse_time(alloc.get("CreateTime")),
-        containers=main_states,
-        init_containers=init_states,
+        containers=_with_image_ids(main_states, view.image_ids),
+        init_containers=_with_image_ids(init_states, view.image_ids),
         node_name=view.node,
+    )
+
+
+def _with_image_ids(
+    states: tuple[ContainerState, ...], ids: Mapping[str, str]
+) -> tuple[ContainerState, ...]:
+    """imageID once a container has run (the kubelet reports it from the running container)."""
+    if not ids:
+        return states
+    return tuple(
+        replace(c, image_id=ids.get(c.name, ""))
+        if c.state in ("running", "terminated") and c.started_at is not None
+        else c
+        for c in states
     )
 
 
