@@ -381,6 +381,17 @@ def variable_path(jid: str) -> str:
 VAR_LEFT, VAR_RIGHT = "[[vkgate", "vkgate]]"
 
 
+#: Nomad refuses a Variable whose items encode to more than 64 KiB (1.6.3 answers 500; checked
+#: on the e2e cluster, docs/design/nomad.md "Variables").
+MAX_VARIABLE_BYTES = 64 * 1024
+
+
+def variable_size(items: Mapping[str, str]) -> int:
+    """The items' size as Nomad's Go JSON encodes them (``<``, ``>``, ``&`` as ``\\u003c``)."""
+    text = json.dumps(dict(items), ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode()) + 5 * sum(text.count(ch) for ch in "<>&")
+
+
 class Variable:
     """The items of a job's Nomad Variable (docs/design/secrets.md): every volume file and
     every Secret env value of the pod, so none of them sits in the job spec."""
@@ -698,6 +709,14 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "raw_args": argv[1:],
             "kill_timeout": kill_timeout,
         }
+    size = variable_size(var.items)
+    if size > MAX_VARIABLE_BYTES:
+        raise TranslationError(
+            f"the pod's volume files and Secret env values take {size} bytes in the job's Nomad"
+            f" Variable, and Nomad accepts at most {MAX_VARIABLE_BYTES} (docs/backends/nomad.md,"
+            ' "Secrets and Nomad Variables")',
+            field="spec.volumes",
+        )
     return {
         "job_id": jid,
         "job_name": f"{pod.namespace}/{pod.name}",
