@@ -180,3 +180,50 @@ def test_a_hung_process_is_restarted_by_its_liveness_probe(
         )
     finally:
         kubectl("delete", "pod", name, "--wait=false", check=False)
+
+
+def test_an_onfailure_pod_that_keeps_failing_restarts_on_in_crashloopbackoff(
+    start_gateway: Any, control_plane: Any, kubectl: Any, nomad_cluster: NomadCluster
+) -> None:
+    """The restart defaults (10 s apart, 5 per 10 min, Mode delay for OnFailure too): more
+    than the 2 restarts after which OnFailure pods used to go Failed; CrashLoopBackOff as the
+    waiting reason in between."""
+    gw = start_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {**nomad_cluster.backend_settings(), "template": "nomad/raw_exec.j2"},
+            }
+        }
+    )
+    tag = uuid.uuid4().hex[:5]
+    name = f"crashing-{tag}"
+    doc = json.loads(_pod(name, gw.node_name, "echo crashing; exit 1", {}, 20000))
+    doc["spec"]["restartPolicy"] = "OnFailure"
+    app = doc["spec"]["containers"][0]
+    del app["readinessProbe"], app["ports"]
+    kubectl("apply", "-f", "-", input=json.dumps(doc))
+    seen: set[str] = set()
+    phases: set[str] = set()
+
+    def third_restart() -> dict[str, Any] | None:
+        st = _status(control_plane, name)
+        phases.add(str(st.get("phase")))
+        for cs in st.get("containerStatuses") or []:
+            seen.add(str((cs.get("state") or {}).get("waiting", {}).get("reason", "")))
+            if cs.get("restartCount", 0) >= 3:
+                return cs
+        return None
+
+    try:
+        started = time.monotonic()
+        cs = wait_until(f"{name} restarted 3 times", third_restart, 120, every=0.5)
+        took = time.monotonic() - started
+        assert "CrashLoopBackOff" in seen, seen
+        assert "Failed" not in phases, phases
+        assert cs["lastState"]["terminated"]["exitCode"] == 1
+        # Nomad counts a restart when it schedules it ("Task restarting in 10s"): the third
+        # is counted after two delays of 10 s (plus Nomad's jitter), not at once
+        assert took >= 19, took
+    finally:
+        kubectl("delete", "pod", name, "--wait=false", check=False)

@@ -129,12 +129,14 @@ class NomadConfig:
     """Pod capacity of the virtual node (Nomad has no pod limit)."""
     job_prefix: str = ""
     """Prefix of every job ID (e.g. "k8s-"), handy to tell vkgate's jobs apart in the UI."""
-    restart_attempts: int = 2
-    """Restarts per restart_interval (Always/OnFailure)."""
-    restart_interval: float = 1800.0
-    """Window of restart_attempts (seconds or "30m")."""
-    restart_delay: float = 15.0
-    """Delay before a restart (seconds or "15s")."""
+    restart_attempts: int = 5
+    """Restarts per restart_interval (Always/OnFailure): 5 in 10 minutes is what the kubelet's
+    backoff (10 s doubling to 5 min) allows a container crashing at once in its first 10."""
+    restart_interval: float = 600.0
+    """Window of restart_attempts (seconds or "10m"; the kubelet resets its backoff after 10
+    minutes of running)."""
+    restart_delay: float = 10.0
+    """Delay before a restart (seconds or "10s"; the kubelet's first backoff)."""
     timeout: float = 30.0
     """Timeout of one ordinary HTTP call, seconds."""
     connect_timeout: float = 5.0

@@ -16,10 +16,10 @@ Identity
     ``k8s.name``, ``k8s.uid`` (and the container names by role, for status mapping); only jobs
     whose owner *and* node match are ever listed, adopted or deleted.
 
-restartPolicy (docs/design/nomad.md, "Pod to job mapping"; OnFailure gives up, unlike Always)
+restartPolicy (docs/design/nomad.md, "Pod to job mapping"; neither Always nor OnFailure gives up)
     ============  =========  ==========================================================
     Always        service    restart {Attempts: restart_attempts, Mode: delay} — never gives up
-    OnFailure     batch      restart {Attempts: restart_attempts, Mode: fail}, no reschedule
+    OnFailure     batch      restart {Attempts: restart_attempts, Mode: delay}, no reschedule
     Never         batch      restart {Attempts: 0, Mode: fail}, no reschedule
     ============  =========  ==========================================================
 
@@ -110,7 +110,7 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
-from translators.nomad import images, literal
+from translators.nomad import literal
 from translators.nomad.config import NomadConfig
 from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for, image_host
@@ -381,17 +381,6 @@ def variable_path(jid: str) -> str:
 VAR_LEFT, VAR_RIGHT = "[[vkgate", "vkgate]]"
 
 
-#: Nomad refuses a Variable whose items encode to more than 64 KiB (1.6.3 answers 500; checked
-#: on the e2e cluster, docs/design/nomad.md "Variables").
-MAX_VARIABLE_BYTES = 64 * 1024
-
-
-def variable_size(items: Mapping[str, str]) -> int:
-    """The items' size as Nomad's Go JSON encodes them (``<``, ``>``, ``&`` as ``\\u003c``)."""
-    text = json.dumps(dict(items), ensure_ascii=False, separators=(",", ":"))
-    return len(text.encode()) + 5 * sum(text.count(ch) for ch in "<>&")
-
-
 class Variable:
     """The items of a job's Nomad Variable (docs/design/secrets.md): every volume file and
     every Secret env value of the pod, so none of them sits in the job spec."""
@@ -533,9 +522,11 @@ def restart_policy(
             None,
         )
     if policy == "OnFailure":
+        # Mode delay: a failing container restarts for ever, as with the kubelet (a Job's
+        # backoffLimit, not the node, decides when to give up); a clean exit ends the task
         return (
             "batch",
-            {"Attempts": attempts, "Interval": interval, "Delay": delay, "Mode": "fail"},
+            {"Attempts": attempts, "Interval": interval, "Delay": delay, "Mode": "delay"},
             no_reschedule,
         )
     if policy == "Never":
@@ -709,14 +700,6 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "raw_args": argv[1:],
             "kill_timeout": kill_timeout,
         }
-    size = variable_size(var.items)
-    if size > MAX_VARIABLE_BYTES:
-        raise TranslationError(
-            f"the pod's volume files and Secret env values take {size} bytes in the job's Nomad"
-            f" Variable, and Nomad accepts at most {MAX_VARIABLE_BYTES} (docs/backends/nomad.md,"
-            ' "Secrets and Nomad Variables")',
-            field="spec.volumes",
-        )
     return {
         "job_id": jid,
         "job_name": f"{pod.namespace}/{pod.name}",
@@ -860,7 +843,6 @@ def finish_job(
         raise TranslationError("Job.Meta must be an object", template=template, field="Job.Meta")
     meta = {str(k): str(v) for k, v in meta.items()}
     meta.update(info["meta"])
-    meta.update(images.meta(job))
     secrets = _secret_values(pod)
     for k, v in meta.items():
         if any(s in v for s in secrets):

@@ -325,12 +325,33 @@ def test_restart_policy_table() -> None:
     on_failure = restart_policy("OnFailure", CFG)
     never = restart_policy("Never", CFG)
     assert always[0] == "service" and always[1]["Mode"] == "delay" and always[2] is None
-    assert on_failure[0] == "batch" and on_failure[1]["Mode"] == "fail"
+    # a failing OnFailure container restarts for ever, as with the kubelet
+    assert on_failure[0] == "batch" and on_failure[1]["Mode"] == "delay"
     assert on_failure[1]["Attempts"] == CFG.restart_attempts
     assert never[0] == "batch" and never[1]["Attempts"] == 0 and never[1]["Mode"] == "fail"
     assert never[2] == on_failure[2] == {"Attempts": 0, "Unlimited": False}
     with pytest.raises(TranslationError, match="restartPolicy"):
         restart_policy("Sometimes", CFG)
+
+
+def test_restart_defaults_follow_the_kubelets_backoff() -> None:
+    """10 s first delay; 5 restarts per 10 minutes — what the kubelet's backoff (10 s doubling
+    to 5 min, reset after 10 min) allows a container crashing at once in its first 10 minutes:
+    restarts at 10, 30, 70, 150, 310 s."""
+    cfg = NomadConfig.from_settings({}, environ={})
+    _, restart, _ = restart_policy("Always", cfg)
+    assert restart == {
+        "Attempts": 5,
+        "Interval": 600 * 10**9,
+        "Delay": 10 * 10**9,
+        "Mode": "delay",
+    }
+    backoff, at, kubelet = 10, 0, []
+    while at + backoff <= 600:
+        at += backoff
+        kubelet.append(at)
+        backoff = min(backoff * 2, 300)
+    assert len(kubelet) == restart["Attempts"]
 
 
 def test_overrides_respect_the_allow_lists() -> None:
@@ -482,24 +503,3 @@ def test_settings_secrets_are_not_in_the_template_context() -> None:
     )
     assert "tok" not in json.dumps(ctx, default=str)
     assert ctx["settings"] == {"priority": 5}
-
-
-def test_a_variable_over_nomads_64_kib_is_refused_before_anything_is_written() -> None:
-    """Nomad 1.6.3 answers a larger Variable with a bare 500 (a retryable error): the pod is
-    refused instead, naming the limit."""
-    from translators.nomad.jobs import MAX_VARIABLE_BYTES, backend_info, variable_size
-
-    def big(content: bytes) -> ResolvedPod:
-        c = ResolvedContainer(
-            name="app", image="busybox", command=("true",), mounts=(VolumeMount("cfg", "/c"),)
-        )
-        vol = ResolvedVolume("cfg", "configMap", files=(VolumeFile("a", content),))
-        return pod(containers=(c,), volumes=(vol,))
-
-    fits = backend_info(big(b"x" * 60_000), cfg=CFG, factor=1000)
-    assert variable_size(fits["variable"]["items"]) < MAX_VARIABLE_BYTES
-    with pytest.raises(TranslationError, match=r"at most 65536") as err:
-        backend_info(big(b"x" * 70_000), cfg=CFG, factor=1000)
-    assert err.value.field == "spec.volumes"
-    # Go's JSON writes <, > and & as \u003c: six bytes each
-    assert variable_size({"k": "<&>"}) == variable_size({"k": "abc"}) + 15
