@@ -110,7 +110,7 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
-from translators.nomad import literal
+from translators.nomad import images, literal
 from translators.nomad.config import NomadConfig
 from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for, image_host
@@ -379,6 +379,17 @@ def variable_path(jid: str) -> str:
 #: Fixed delimiters of templates vkgate writes itself: the body is ours (variable path from the
 #: job ID, ``[A-Za-z0-9._-]`` only; item keys ``f<n>``/``e<n>``), never pod data.
 VAR_LEFT, VAR_RIGHT = "[[vkgate", "vkgate]]"
+
+
+#: Nomad refuses a Variable whose items encode to more than 64 KiB (1.6.3 answers 500; checked
+#: on the e2e cluster, docs/design/nomad.md "Variables").
+MAX_VARIABLE_BYTES = 64 * 1024
+
+
+def variable_size(items: Mapping[str, str]) -> int:
+    """The items' size as Nomad's Go JSON encodes them (``<``, ``>``, ``&`` as ``\\u003c``)."""
+    text = json.dumps(dict(items), ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode()) + 5 * sum(text.count(ch) for ch in "<>&")
 
 
 class Variable:
@@ -700,6 +711,14 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "raw_args": argv[1:],
             "kill_timeout": kill_timeout,
         }
+    size = variable_size(var.items)
+    if size > MAX_VARIABLE_BYTES:
+        raise TranslationError(
+            f"the pod's volume files and Secret env values take {size} bytes in the job's Nomad"
+            f" Variable, and Nomad accepts at most {MAX_VARIABLE_BYTES} (docs/backends/nomad.md,"
+            ' "Secrets and Nomad Variables")',
+            field="spec.volumes",
+        )
     return {
         "job_id": jid,
         "job_name": f"{pod.namespace}/{pod.name}",
@@ -843,6 +862,7 @@ def finish_job(
         raise TranslationError("Job.Meta must be an object", template=template, field="Job.Meta")
     meta = {str(k): str(v) for k, v in meta.items()}
     meta.update(info["meta"])
+    meta.update(images.meta(job))
     secrets = _secret_values(pod)
     for k, v in meta.items():
         if any(s in v for s in secrets):

@@ -503,3 +503,24 @@ def test_settings_secrets_are_not_in_the_template_context() -> None:
     )
     assert "tok" not in json.dumps(ctx, default=str)
     assert ctx["settings"] == {"priority": 5}
+
+
+def test_a_variable_over_nomads_64_kib_is_refused_before_anything_is_written() -> None:
+    """Nomad 1.6.3 answers a larger Variable with a bare 500 (a retryable error): the pod is
+    refused instead, naming the limit."""
+    from translators.nomad.jobs import MAX_VARIABLE_BYTES, backend_info, variable_size
+
+    def big(content: bytes) -> ResolvedPod:
+        c = ResolvedContainer(
+            name="app", image="busybox", command=("true",), mounts=(VolumeMount("cfg", "/c"),)
+        )
+        vol = ResolvedVolume("cfg", "configMap", files=(VolumeFile("a", content),))
+        return pod(containers=(c,), volumes=(vol,))
+
+    fits = backend_info(big(b"x" * 60_000), cfg=CFG, factor=1000)
+    assert variable_size(fits["variable"]["items"]) < MAX_VARIABLE_BYTES
+    with pytest.raises(TranslationError, match=r"at most 65536") as err:
+        backend_info(big(b"x" * 70_000), cfg=CFG, factor=1000)
+    assert err.value.field == "spec.volumes"
+    # Go's JSON writes <, > and & as \u003c: six bytes each
+    assert variable_size({"k": "<&>"}) == variable_size({"k": "abc"}) + 15
