@@ -110,7 +110,7 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
-from translators.nomad import images, literal
+from translators.nomad import images, literal, scheduling
 from translators.nomad.config import NomadConfig
 from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for, image_host
@@ -346,6 +346,18 @@ def refuse_pod_ip_references(containers: Iterable[ResolvedContainer], *, mode: s
 # --------------------------------------------------------------------------- constraints
 
 
+def selector_target(key: str) -> str | None:
+    """The Nomad attribute a node label key stands for (``SELECTOR_MAP``, ``meta.`` and
+    ``attr.`` prefixes), or None: a key Kubernetes matched against the virtual node."""
+    if key in SELECTOR_MAP:
+        return SELECTOR_MAP[key]
+    if key.startswith(META_SELECTOR) and len(key) > len(META_SELECTOR):
+        return "${meta." + key[len(META_SELECTOR) :] + "}"
+    if key.startswith(ATTR_SELECTOR) and len(key) > len(ATTR_SELECTOR):
+        return "${attr." + key[len(ATTR_SELECTOR) :] + "}"
+    return None
+
+
 def constraints(node_selector: Mapping[str, str], *, node_class: str = "") -> list[dict[str, str]]:
     """``${node.class}`` = the ``node_class`` setting (the node's pin, which a selector cannot
     lift), then the pod's nodeSelector through ``SELECTOR_MAP``, without repeats."""
@@ -354,13 +366,8 @@ def constraints(node_selector: Mapping[str, str], *, node_class: str = "") -> li
         out.append({"LTarget": "${node.class}", "RTarget": node_class, "Operand": "="})
     for key in sorted(node_selector):
         value = str(node_selector[key])
-        if key in SELECTOR_MAP:
-            target = SELECTOR_MAP[key]
-        elif key.startswith(META_SELECTOR) and len(key) > len(META_SELECTOR):
-            target = "${meta." + key[len(META_SELECTOR) :] + "}"
-        elif key.startswith(ATTR_SELECTOR) and len(key) > len(ATTR_SELECTOR):
-            target = "${attr." + key[len(ATTR_SELECTOR) :] + "}"
-        else:
+        target = selector_target(key)
+        if target is None:
             continue
         constraint = {"LTarget": target, "RTarget": value, "Operand": "="}
         if constraint not in out:
@@ -654,6 +661,14 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
     meta = pod.pod.get("metadata", {}) or {}
     spec = pod.pod.get("spec", {}) or {}
     where = overrides(meta.get("annotations", {}) or {}, cfg, pod_namespace=pod.namespace)
+    # Scheduling intent (translators/nomad/scheduling.py): the priority annotation wins over
+    # spec.priority; what Kubernetes enforced on the virtual node only is listed in Meta.
+    if ANNOTATION + "priority" not in (meta.get("annotations") or {}):
+        where["priority"] = scheduling.nomad_priority(
+            spec.get("priority"), default=cfg.priority, maximum=cfg.pod_max_priority
+        )
+    required, affinities = scheduling.node_affinity(spec, selector_target)
+    unforwarded = scheduling.not_forwarded(spec)
     jtype, restart, reschedule = restart_policy(str(spec.get("restartPolicy", "Always")), cfg)
     containers = (*pod.init_containers, *pod.containers)
     names = [c.name for c in containers]
@@ -737,8 +752,12 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             META_INIT: ",".join(c.name for c in pod.init_containers),
             META_SIDECARS: ",".join(c.name for c in pod.init_containers if c.role == "sidecar"),
             **({META_NETWORK: cfg.network_mode} if cfg.network_mode != "host" else {}),
+            **({scheduling.META_NOT_FORWARDED: ",".join(unforwarded)} if unforwarded else {}),
         },
-        "constraints": constraints(spec.get("nodeSelector", {}) or {}, node_class=cfg.node_class),
+        "constraints": scheduling.merge(
+            constraints(spec.get("nodeSelector", {}) or {}, node_class=cfg.node_class), required
+        ),
+        "affinities": affinities,
         "networks": nets,
         "ephemeral_disk_mb": ephemeral_disk_mb(containers),
         "mhz_per_core": factor,
