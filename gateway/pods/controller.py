@@ -165,6 +165,7 @@ class PodController:
             enable_service_links=ps.enable_service_links,
             teams=settings.templates.teams,
             daemonsets=settings.node.daemonsets,
+            can_exec=isinstance(translator, Executor),
         )
         self.actor = PodActor(
             translator,

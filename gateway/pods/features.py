@@ -153,3 +153,47 @@ def relaxed_security(pod: Mapping[str, Any], features: Features) -> list[tuple[s
                 seen.add(r.feature)
                 out.append((r.where, r.feature))
     return out
+
+
+def check_probes(
+    pod: Mapping[str, Any], features: Features, *, can_exec: bool, backend: str
+) -> list[Unsupported]:
+    """The probes and lifecycle hooks of ``pod`` vkgate cannot run on this backend."""
+    out: list[Unsupported] = []
+    spec = pod.get("spec") or {}
+    for c in spec.get("containers") or []:
+        name = c.get("name", "")
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = c.get(kind) or {}
+            for handler in ("httpGet", "tcpSocket", "grpc", "exec"):
+                if probe.get(handler) is None:
+                    continue
+                where = f"spec.containers[{name}].{kind}.{handler}"
+                why = None
+                if handler == "grpc":
+                    why = "grpc probes are not run by vkgate"
+                elif handler == "exec" and not can_exec:
+                    why = f"exec probes need exec into the container, which the {backend} backend lacks"
+                elif handler in ("httpGet", "tcpSocket") and not features.routable_pod_ip:
+                    why = f"the {backend} backend gives pods no address vkgate can probe"
+                if why:
+                    out.append(
+                        Unsupported(
+                            field=where,
+                            feature=f"{kind}.{handler}",
+                            reason=REASON_FEATURE,
+                            message=f"{where}: {why}",
+                        )
+                    )
+        for hook in ("postStart", "preStop"):
+            if ((c.get("lifecycle") or {}).get(hook)) is not None:
+                where = f"spec.containers[{name}].lifecycle.{hook}"
+                out.append(
+                    Unsupported(
+                        field=where,
+                        feature=f"lifecycle.{hook}",
+                        reason=REASON_FEATURE,
+                        message=f"{where}: lifecycle hooks are not run on the {backend} backend",
+                    )
+                )
+    return out

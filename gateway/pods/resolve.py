@@ -361,9 +361,12 @@ class Resolver:
         enable_service_links: bool = True,
         teams: Mapping[str, str] | None = None,
         daemonsets: str = "refuse",
+        can_exec: bool = False,
     ) -> None:
-        """``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.admission)."""
+        """``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.admission);
+        ``can_exec``: the translator is an ``Executor`` (exec probes can run)."""
         self.refs = refs
+        self.can_exec = can_exec
         self.daemonsets = daemonsets
         #: namespace → team, for namespaces without the team label (``templates.teams``).
         self.teams = dict(teams or {})
@@ -379,6 +382,9 @@ class Resolver:
         cannot provide (no I/O)."""
         found = admod.node_policy(pod, daemonsets=self.daemonsets)
         found += featmod.check_pod(pod, self.features, backend=self.backend)
+        found += featmod.check_probes(
+            pod, self.features, can_exec=self.can_exec, backend=self.backend
+        )
         kinds = self.features.volume_kinds
         for vol in (pod.get("spec") or {}).get("volumes") or []:
             kind = volmod.volume_kind(vol)

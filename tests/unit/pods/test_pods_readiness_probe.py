@@ -45,7 +45,8 @@ async def test_ready_follows_the_readiness_probe(h: ControllerHarness) -> None:
     assert h.ctl is not None
     answers = Answers()
     h.ctl.prober.handlers = answers  # type: ignore[assignment]
-    probe = {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5}
+    h.ctl.actor.resolver.can_exec = True  # the harness's wrapper hides the simulated exec
+    probe = {"exec": {"command": ["ready"]}, "periodSeconds": 5}
     h.kube.add(
         {
             "kind": "Pod",
@@ -100,7 +101,8 @@ async def test_started_and_ready_wait_for_the_startup_probe(h: ControllerHarness
     assert h.ctl is not None
     answers = Answers()
     h.ctl.prober.handlers = answers  # type: ignore[assignment]
-    probe = {"tcpSocket": {"port": 8080}, "periodSeconds": 2, "failureThreshold": 30}
+    h.ctl.actor.resolver.can_exec = True  # the harness's wrapper hides the simulated exec
+    probe = {"exec": {"command": ["started"]}, "periodSeconds": 2, "failureThreshold": 30}
     h.kube.add(
         {
             "kind": "Pod",
@@ -121,3 +123,49 @@ async def test_started_and_ready_wait_for_the_startup_probe(h: ControllerHarness
     (cs,) = p["status"]["containerStatuses"]
     assert cs["started"] is True and cs["ready"] is True
     assert conditions(p)["Ready"] == "True"
+
+
+async def test_a_probe_vkgate_cannot_run_refuses_the_pod_naming_the_field(
+    h: ControllerHarness,
+) -> None:
+    """The harness's backend has no exec and no routable pod address: every probe kind and
+    every lifecycle hook is refused, naming the first field."""
+    cases = {
+        "p-exec": ("readinessProbe", {"exec": {"command": ["true"]}}),
+        "p-http": ("livenessProbe", {"httpGet": {"port": 80}}),
+        "p-grpc": ("startupProbe", {"grpc": {"port": 9090}}),
+    }
+    for name, (kind, probe) in cases.items():
+        h.kube.add(
+            {
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {"nodeName": NODE, "containers": [{"name": "app", kind: probe}]},
+            }
+        )
+    h.kube.add(
+        {
+            "kind": "Pod",
+            "metadata": {"name": "p-hook"},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {"name": "app", "lifecycle": {"preStop": {"sleep": {"seconds": 1}}}}
+                ],
+            },
+        }
+    )
+    await run_for(h.clock, 3)
+    want = {
+        "p-exec": "spec.containers[app].readinessProbe.exec: exec probes need exec",
+        "p-http": "spec.containers[app].livenessProbe.httpGet: the simulated backend gives pods "
+        "no address vkgate can probe",
+        "p-grpc": "spec.containers[app].startupProbe.grpc: grpc probes are not run by vkgate",
+        "p-hook": "spec.containers[app].lifecycle.preStop: lifecycle hooks are not run",
+    }
+    for name, start in want.items():
+        p = h.kube.pod(name)
+        assert p is not None and p["status"]["phase"] == "Failed", name
+        assert p["status"]["reason"] == "UnsupportedPodFeature"
+        assert p["status"]["message"].startswith(start), p["status"]["message"]
+    assert h.sim is not None and h.sim.calls.get("create", 0) == 0
