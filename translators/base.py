@@ -395,6 +395,10 @@ class Features:
     #: Restrictions this node runs without enforcing them where the backend cannot (a
     #: setting, e.g. ``backend.nomad.relax_security_context``); each use is a Warning Event.
     relaxed_security_context: frozenset[str] = frozenset()
+    #: The running workload's files follow an update in place (Nomad: the job's Variable),
+    #: so a projected service-account token requested again at 80 % of its lifetime reaches
+    #: it; False: the token issued at create stays (a new one is no change to apply).
+    updates_files_in_place: bool = False
 
 
 # --------------------------------------------------------------------------- protocols

@@ -20,7 +20,8 @@ missing pull secret (404) is a Warning event, an unreadable one holds the pod an
 Services (for service link variables) are listed per namespace and cached for the same
 interval.  ``serviceAccountToken`` projections are TokenRequests bound to the pod, each kept
 until 80 % of its lifetime and then requested again (the kubelet's refresh), which re-queues
-the pod: its workload's token file is updated in place where the backend can (Nomad).  The team is
+the pod: its workload's token file is updated in place where the backend can
+(``Features.updates_files_in_place``: Nomad).  The team is
 the namespace label ``vkgate.io/team`` (a live cache of the labelled namespaces, loaded before
 any pod is synced: gateway.pods.teams), else the config's namespace → team map
 (``templates.teams``); ``ResolvedPod.team_source`` says which.  Every other read here happens
@@ -485,9 +486,15 @@ class Resolver:
             registry_credentials=pulls.credentials,
         )
         out.pod = resolved
-        # Tokens are kept until due (RefCache.token): a rotated one changes the fingerprint,
-        # so the update reaches the running workload's file.
-        out.fingerprint = fingerprint(resolved)
+        # Tokens are kept until due (RefCache.token): where the backend updates files in place,
+        # a rotated one changes the fingerprint so the update reaches the running workload;
+        # elsewhere the token issued at create stays, and a new one is no change to apply.
+        skip = (
+            set()
+            if self.features.updates_files_in_place
+            else {t.encode() for t in tokens.values() if isinstance(t, str)}
+        )
+        out.fingerprint = fingerprint(resolved, skip_contents=skip)
         return out
 
     async def team(self, namespace: str) -> tuple[str, str]:

@@ -344,7 +344,7 @@ async def test_a_new_translator_adopts_its_own_jobs_and_ignores_others(
         await other.close()
 
 
-async def test_update_applies_file_changes_and_refuses_env_changes(
+async def test_update_rewrites_file_contents_in_the_variable_and_refuses_env_changes(
     translator: NomadTranslator, nomad_agent: NomadAgent
 ) -> None:
     base = make_pod(
@@ -370,9 +370,13 @@ async def test_update_applies_file_changes_and_refuses_env_changes(
         volumes=(ResolvedVolume("cfg", "configMap", files=(VolumeFile("app.conf", b"v=2\n"),)),),
     )
     assert await translator.update(newer, created) is True
-    assert version() == 1
+    # the file is an item of the job's Variable: rewritten there, the job is not re-registered
+    # (docs/backends/nomad.md, "Secrets and Nomad Variables")
+    assert version() == 0
+    variable = nomad_get(nomad_agent, f"/var/nomad/jobs/{created.backend_id}")
+    assert variable["Items"] == {"f0": "v=2\n"}
     other_env = dataclasses.replace(
         newer, containers=(dataclasses.replace(app, env=(EnvVar("A", "2"),)),)
     )
     assert await translator.update(other_env, created) is False  # needs a re-create
-    assert version() == 1
+    assert version() == 0

@@ -152,6 +152,9 @@ class NomadTranslator:
         # The docker driver's user, readonly_rootfs, cap_add/cap_drop, security_opt (jobs.py
         # checks each rendered task carries them; docs/backends/nomad.md, "securityContext").
         security_context=securitycontext.DOCKER,
+        # File contents are items of the job's Variable, re-rendered in the running task
+        # (jobs.py): a rotated service-account token reaches it.
+        updates_files_in_place=True,
     )
 
     def __init__(

@@ -17,13 +17,21 @@ KEY = ("", 3600, "default")
 
 
 class TokenKube:
-    """TokenRequests only: each answers a new token valid ``lifetime`` seconds from now."""
+    """TokenRequests (each answers a new token valid ``lifetime`` seconds from now); nothing else exists."""
 
     def __init__(self, clock: FakeClock, *, lifetime: float | None = None) -> None:
         self.clock = clock
         self.lifetime = lifetime
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._n = itertools.count(1)
+
+    async def get(self, path: str, **_: Any) -> dict[str, Any]:
+        from gateway.kube.errors import NotFound
+
+        raise NotFound(path, status=404, reason="NotFound")
+
+    async def list(self, path: str, **_: Any) -> dict[str, Any]:
+        return {"items": []}
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.requests.append((path, body))
@@ -91,3 +99,46 @@ def test_a_rotated_token_changes_the_fingerprint_so_the_update_carries_it() -> N
 
     assert fingerprint(pod(b"token-1")) == fingerprint(pod(b"token-1"))
     assert fingerprint(pod(b"token-1")) != fingerprint(pod(b"token-2"))
+
+
+async def test_a_rotation_is_an_update_only_where_the_backend_updates_files_in_place() -> None:
+    from gateway.pods.resolve import Resolver
+    from translators.base import Features
+
+    spec = {
+        "metadata": {"name": "app", "namespace": "ns", "uid": "u-1"},
+        "spec": {
+            "serviceAccountName": "default",
+            "containers": [
+                {"name": "c", "image": "x", "volumeMounts": [{"name": "t", "mountPath": "/t"}]}
+            ],
+            "volumes": [
+                {
+                    "name": "t",
+                    "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+                }
+            ],
+        },
+    }
+
+    async def fingerprints(in_place: bool) -> tuple[str, str]:
+        clock = FakeClock()
+        refs = RefCache(TokenKube(clock), clock=clock)  # type: ignore[arg-type]
+        resolver = Resolver(
+            refs,
+            features=Features(updates_files_in_place=in_place),
+            backend="x",
+            node_name="vk",
+            host_ip=lambda: "127.0.0.5",
+            allocatable=dict,
+        )
+        first = await resolver.resolve(spec)
+        assert first.pod is not None, first
+        await clock.advance(2880)
+        second = await resolver.resolve(spec)
+        return first.fingerprint, second.fingerprint
+
+    before, after = await fingerprints(True)
+    assert before != after  # the rotated token is applied to the running workload
+    before, after = await fingerprints(False)
+    assert before == after  # the backend keeps the token issued at create
