@@ -14,7 +14,8 @@ the spec                        ``BackendSpec``, ``GROUP``; ``Features`` (what t
                                 supports before it starts)
 the translator                  ``Translator`` and the optional capability Protocols
                                 ``Notifier``, ``LogReader``, ``Executor``/``ExecSession``,
-                                ``Attacher``, ``MetricsSource``; ``Renderable`` and
+                                ``Attacher``, ``PortForwarder``/``PortStream``,
+                                ``MetricsSource``; ``Renderable`` and
                                 ``FeatureAware`` for ``BackendSpec.offline``;
                                 ``TranslatorContext`` (what the factory receives) and its
                                 ``Clock``
@@ -70,6 +71,8 @@ from translators.base import (
     Phase,
     PodRef,
     PodUsage,
+    PortForwarder,
+    PortStream,
     RegistryCredential,
     Renderable,
     ResolvedContainer,
@@ -130,6 +133,8 @@ __all__ = [
     "Phase",
     "PodRef",
     "PodUsage",
+    "PortForwarder",
+    "PortStream",
     "RegistryCredential",
     "Renderable",
     "Renderer",

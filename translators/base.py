@@ -6,9 +6,9 @@ translator never talks to Kubernetes; that keeps it testable with golden files a
 party ship one as a separate package (entry-point group ``vkgate.translators``).
 
 Required behaviour is the ``Translator`` Protocol.  Optional capabilities are small separate
-Protocols (``Notifier``, ``LogReader``, ``Executor``, ``MetricsSource``) that the gateway
-*detects* with ``isinstance`` — a translator without exec simply does not implement
-``Executor``; nothing is stubbed.
+Protocols (``Notifier``, ``LogReader``, ``Executor``, ``Attacher``, ``PortForwarder``,
+``MetricsSource``) that the gateway *detects* with ``isinstance`` — a translator without exec
+simply does not implement ``Executor``; nothing is stubbed.
 
 Error tree (every backend maps its HTTP/SDK errors into it in exactly one function)::
 
@@ -389,6 +389,11 @@ class Features:
     #: Most main containers (``spec.containers``) per pod the backend accepts (None: no
     #: limit); init containers and sidecars are the ``pod_features`` of those names.
     max_containers: int | None = None
+    #: A pod's ``status.podIP`` is an address vkgate can dial, where the pod's processes
+    #: listen on their container ports (host networking: Nomad, Zun).  ``kubectl
+    #: port-forward`` then connects there when the translator is not a ``PortForwarder``;
+    #: False (and no ``PortForwarder``): port-forward is refused, naming the backend.
+    routable_pod_ip: bool = False
     #: The ``securityContext`` restrictions the backend can enforce (names of
     #: ``translators.securitycontext.FIELDS``); a pod asking for another is refused.
     security_context: frozenset[str] = frozenset()
@@ -511,6 +516,37 @@ class Attacher(Protocol):
     async def attach(
         self, ref: PodRef, container: str, *, tty: bool, stdin: bool
     ) -> ExecSession: ...
+
+
+class PortStream(Protocol):
+    """One forwarded connection to a pod's port: bytes both ways, each side closed on its own
+    (a client that sent everything half-closes; the pod's answer still flows back)."""
+
+    async def read(self) -> bytes:
+        """The next bytes from the pod; ``b""`` once the pod closed its side."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Send to the pod; waits while the pod is not reading (back-pressure)."""
+        ...
+
+    async def close_write(self) -> None:
+        """The client has sent everything (half-close); reads go on."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class PortForwarder(Protocol):
+    """``kubectl port-forward`` through the backend's own tunnel to a pod.  Without it the
+    gateway dials ``status.podIP:port`` itself when ``Features.routable_pod_ip`` says so."""
+
+    async def port_forward(self, ref: PodRef, port: int) -> PortStream:
+        """A new connection to ``port`` of the pod.  A failure raises ``TranslatorError``
+        whose message says why (``dial tcp 10.0.0.5:8080: connect: connection refused``);
+        it reaches the client on the connection's error stream."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from translators.base import (
     Notifier,
     Phase,
     PodRef,
+    PortForwarder,
     ResolvedPod,
     Translator,
     WorkloadState,
@@ -59,6 +60,7 @@ CAPABILITIES: Mapping[str, type] = {
     "logs": LogReader,
     "exec": Executor,
     "attach": Attacher,
+    "port_forward": PortForwarder,
     "metrics": MetricsSource,
 }
 
