@@ -167,6 +167,11 @@ class Metrics(Exposition):
         self.log_bytes = Counter(
             "vkgate_kubelet_log_bytes", "Container log bytes streamed to clients", registry=r
         )
+        self.portforward_connections = Gauge(
+            "vkgate_kubelet_portforward_connections",
+            "Port-forward connections to pods in progress",
+            registry=r,
+        )
 
     def observe_backend(self, operation: str, outcome: str, seconds: float) -> None:
         self.backend_calls.labels(self.backend, operation, outcome).inc()

@@ -4,10 +4,11 @@ Paths and errors: docs/design/kubelet-contract.md, "Kubelet API".
 
 Each handler finds the pod in the pod controller's cache (``PodLookup``), checks the
 container exists, and calls the translator capability it needs — detected with
-``isinstance`` on the ``translators.base`` Protocols.  A backend without the capability gets
-a clear ``501`` naming the backend, before any upgrade, so kubectl prints the reason instead
-of hanging.  Backend errors map once, here: not found → 404, rejected → 400, unavailable or
-throttled → 503, anything else → 500.
+``isinstance`` on the ``translators.base`` Protocols (attach and port-forward: what each falls
+back to is in ``gateway.kubelet.attach`` and ``gateway.kubelet.portforward``).  A backend
+without the capability gets a clear ``501`` naming the backend, before any upgrade, so kubectl
+prints the reason instead of hanging.  Backend errors map once, here: not found → 404,
+rejected → 400, unavailable or throttled → 503, anything else → 500.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from gateway.kubelet import attach as attach_mod
 from gateway.kubelet import logs as logs_mod
 from gateway.kubelet import metrics as metrics_mod
+from gateway.kubelet import portforward, streams
 from gateway.kubelet import stats as stats_mod
-from gateway.kubelet import streams
 from gateway.kubelet.server import Exchange, HttpError, Request
 from gateway.metrics import CONTENT_TYPE as OWN_CONTENT_TYPE
 from gateway.metrics import Metrics
 from translators.base import (
-    Attacher,
     BackendNotFound,
     BackendRejected,
     BackendThrottled,
@@ -237,17 +238,7 @@ class KubeletAPI:
     async def attach(self, req: Request, ex: Exchange, args: list[str]) -> None:
         opts = streams.parse_exec_options(req.query, need_command=False)
         ref, container = await self._target(args, "attach")
-        translator = self.translator
-        if not isinstance(translator, Attacher):
-            raise HttpError(
-                501,
-                f"attach is not supported by the {self.kind} backend "
-                "(it cannot join a running process); use kubectl exec or kubectl logs -f",
-            )
-
-        async def start() -> Any:
-            return await translator.attach(ref, container, tty=opts.tty, stdin=opts.stdin)
-
+        start = attach_mod.starter(self.translator, ref, container, opts)
         await self._stream(req, ex, opts, start)
 
     async def _stream(
@@ -275,9 +266,19 @@ class KubeletAPI:
 
     async def port_forward(self, req: Request, ex: Exchange, args: list[str]) -> None:
         if len(args) not in (2, 3):
-            raise HttpError(400, "expected /portForward/<namespace>/<pod>")
-        await self._pod(args[0], args[1], args[2] if len(args) == 3 else "")
-        raise HttpError(501, f"port-forward is not supported by the {self.kind} backend")
+            raise HttpError(400, "expected /portForward/<namespace>/<pod>[/<uid>]")
+        pod = await self._pod(args[0], args[1], args[2] if len(args) == 3 else "")
+        ref = PodRef(args[0], args[1], str((pod.get("metadata") or {}).get("uid", "")))
+        forwarding = portforward.Forwarding(
+            ref, portforward.opener(self.translator, pod, ref), self.metrics
+        )
+        await portforward.serve(
+            req,
+            ex,
+            forwarding,
+            creation_timeout=self.creation_timeout,
+            idle_timeout=self.idle_timeout,
+        )
 
     async def run(self, req: Request, ex: Exchange, args: list[str]) -> None:
         ref, container = await self._target(args, "run")

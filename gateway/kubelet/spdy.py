@@ -443,6 +443,8 @@ class SpdyStream:
         self._window_open = asyncio.Event()
         self._window_open.set()
         self._unacked = 0
+        #: Data that still arrives is dropped (``discard``).
+        self.discarding = False
 
     def header(self, name: str, default: str = "") -> str:
         values = self.headers.get(name.lower())
@@ -450,8 +452,17 @@ class SpdyStream:
 
     # -- inbound ---------------------------------------------------------------------
 
+    def discard(self) -> None:
+        """Nobody reads this stream any more: drop what is buffered and what still arrives
+        (acknowledged, so a peer doing flow control is not stalled), instead of letting it
+        pile up and pause the whole session."""
+        self.discarding = True
+        self._chunks.clear()
+        self._buffered = 0
+        self._drained.set()
+
     def _feed(self, data: bytes) -> None:
-        if data:
+        if data and not self.discarding:
             self._chunks.append(data)
             self._buffered += len(data)
             if self._buffered > HIGH_WATER:
@@ -686,6 +697,8 @@ class SpdySession:
                         await self._send(RstStream(sid, RstStatus.STREAM_ALREADY_CLOSED))
                     return
                 st._feed(data)
+                if st.discarding and data and not fin:
+                    await self._ack(sid, len(data))
                 if fin:
                     st._remote_fin()
                     self._maybe_forget(st)

@@ -15,6 +15,9 @@ With a TTY there is no stderr stream (a terminal has one output); backend bytes 
 go to stdout then, as a pty would merge them.  A backend failure after the upgrade becomes a
 Status on the error stream — the client always gets an answer, never a hang.  When the client
 disconnects, the backend exec is cancelled.
+
+``upgrade_spdy`` (the ``X-Stream-Protocol-Version`` negotiation and the 101) is shared with
+port-forward (``gateway.kubelet.portforward``), which speaks ``portforward.k8s.io`` on it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -284,7 +287,8 @@ async def run_session(ch: Channels, session: ExecSession, opts: ExecOptions) -> 
     output = asyncio.create_task(_pump_output(ch, session, tty=opts.tty))
     gone = asyncio.create_task(ch.gone.wait())
     code: int | None = None
-    failure = "exec ended without an exit code"
+    doing = "executing command in" if opts.command else "attaching to"
+    failure = "exec ended without an exit code" if opts.command else "attach ended unexpectedly"
     try:
         done, _ = await asyncio.wait({output, gone}, return_when=asyncio.FIRST_COMPLETED)
         if output in done and output.exception() is None:
@@ -295,7 +299,7 @@ async def run_session(ch: Channels, session: ExecSession, opts: ExecOptions) -> 
                 try:
                     code = waiter.result()
                 except TranslatorError as exc:  # e.g. the command could not be started
-                    failure = f"error executing command in container: {exc}"
+                    failure = f"error {doing} container: {exc}"
             else:
                 waiter.cancel()
         elif output in done:
@@ -353,26 +357,31 @@ async def serve(
         try:
             session = await start()
         except TranslatorError as exc:
-            await write_status(ch, failure_status(f"exec failed: {exc}"))
+            what = "exec" if opts.command else "attach"
+            await write_status(ch, failure_status(f"{what} failed: {exc}"))
             return None
         return await run_session(ch, session, opts)
     finally:
         await ch.close()
 
 
-async def _upgrade_spdy(
-    req: Request, ex: Exchange, opts: ExecOptions, creation_timeout: float, idle_timeout: float
-) -> SpdyChannels:
+async def upgrade_spdy(
+    req: Request, ex: Exchange, protocols: Sequence[str], *, idle_timeout: float | None
+) -> tuple[spdy.SpdySession, str]:
+    """Negotiate one of ``protocols`` (the client's ``X-Stream-Protocol-Version`` values, in
+    its order of preference, as ``httpstream.Handshake``), answer ``101`` and return the SPDY
+    session on the socket (not yet running) and the protocol.  No match: ``403`` listing ours
+    in ``X-Accepted-Stream-Protocol-Versions``, before any upgrade."""
     offered = req.header_values("x-stream-protocol-version")
     if not offered:
         raise HttpError(400, "unable to upgrade: X-Stream-Protocol-Version is required")
-    protocol = next((p for p in offered if p in SPDY_PROTOCOLS), "")
+    protocol = next((p for p in offered if p in protocols), "")
     if not protocol:
         raise HttpError(
             403,
             f"unable to upgrade: unable to negotiate protocol: client supports {offered}, "
-            f"server accepts {list(SPDY_PROTOCOLS)}",
-            headers=[("x-accepted-stream-protocol-versions", p) for p in SPDY_PROTOCOLS],
+            f"server accepts {list(protocols)}",
+            headers=[("x-accepted-stream-protocol-versions", p) for p in protocols],
         )
     reader, writer, trailing = await ex.upgrade(
         [
@@ -382,6 +391,13 @@ async def _upgrade_spdy(
         ]
     )
     session = spdy.SpdySession(reader, writer, initial_data=trailing, idle_timeout=idle_timeout)
+    return session, protocol
+
+
+async def _upgrade_spdy(
+    req: Request, ex: Exchange, opts: ExecOptions, creation_timeout: float, idle_timeout: float
+) -> SpdyChannels:
+    session, protocol = await upgrade_spdy(req, ex, SPDY_PROTOCOLS, idle_timeout=idle_timeout)
     ch = SpdyChannels(session, protocol)
     expected = {ERROR}
     if opts.stdin:

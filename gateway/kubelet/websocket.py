@@ -14,7 +14,8 @@ Every message carries one channel: 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resiz
 The API server forwards WebSocket v4 clients (Python ``kubernetes`` and kr8s) unchanged, so
 this path is what they use.  Framing is wsproto's; the handshake response is ours because the
 HTTP request was already parsed by the server.  As the kubelet does, an empty message on the
-lowest writable channel tells the client the session is up.
+lowest writable channel tells the client an exec is up.  Port-forward numbers its channels
+per port (data 2i, error 2i+1) on the same codec (``gateway.kubelet.portforward``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import base64
 import contextlib
 import hashlib
 import logging
+from collections.abc import Sequence
 
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Event, Message, Ping, TextMessage
@@ -53,11 +55,12 @@ def accept_key(key: str) -> str:
     return base64.b64encode(hashlib.sha1((key + _GUID).encode()).digest()).decode()
 
 
-def negotiate(offered: list[str]) -> str | None:
-    """The first offered protocol we speak; "" when none was offered; None when no match."""
+def negotiate(offered: list[str], protocols: Sequence[str] = PROTOCOLS) -> str | None:
+    """The first offered protocol of ``protocols``; "" when none was offered; None when no
+    match."""
     if not offered:
         return ""
-    return next((p for p in offered if p in PROTOCOLS), None)
+    return next((p for p in offered if p in protocols), None)
 
 
 def encode_message(protocol: str, channel: int, data: bytes) -> bytes | str:
@@ -117,10 +120,17 @@ class WebSocketChannels:
     def has(self, channel: int) -> bool:
         return channel in self._readable or channel in self._writable
 
+    def stop_reading(self, channel: int) -> None:
+        """Drop what the client still sends on ``channel`` (its reader is done): unread
+        messages must not fill its queue and stall the other channels."""
+        self._inbox.pop(channel, None)
+        self._readable.discard(channel)
+
     async def read(self, channel: int) -> bytes:
-        if channel in self._closed_in and self._inbox[channel].empty():
+        inbox = self._inbox.get(channel)
+        if inbox is None or (channel in self._closed_in and inbox.empty()):
             return b""
-        data = await self._inbox[channel].get()
+        data = await inbox.get()
         if not data:
             self._closed_in.add(channel)
         return data
@@ -168,8 +178,9 @@ class WebSocketChannels:
             if target in self._inbox:
                 await self._inbox[target].put(b"")
             return
-        if ch in self._inbox and data:
-            await self._inbox[ch].put(data)
+        inbox = self._inbox.get(ch)
+        if inbox is not None and data:
+            await inbox.put(data)
 
     async def _run(self) -> None:
         try:
@@ -211,27 +222,23 @@ class WebSocketChannels:
                 self.gone.set()
 
 
-async def upgrade(
-    req: Request,
-    ex: Exchange,
-    *,
-    readable: set[int],
-    writable: set[int],
-    resize: bool,
-    idle_timeout: float | None = None,
-) -> WebSocketChannels:
-    """Answer the WebSocket handshake and return the channels (raises ``HttpError`` before
-    the upgrade when the request cannot be served)."""
+async def accept(
+    req: Request, ex: Exchange, protocols: Sequence[str]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes, str]:
+    """Answer the WebSocket handshake with the first offered subprotocol of ``protocols`` (""
+    when the client offered none) and hand over the socket: reader, writer, the bytes that
+    came after the request, the protocol.  Raises ``HttpError`` before the upgrade when the
+    request cannot be served."""
     key = req.header("sec-websocket-key")
     if not key or (req.header("sec-websocket-version") or "13") != "13":
         raise HttpError(400, "invalid WebSocket handshake: Sec-WebSocket-Key/Version 13 required")
     offered = req.header_values("sec-websocket-protocol")
-    protocol = negotiate(offered)
+    protocol = negotiate(offered, protocols)
     if protocol is None:
         raise HttpError(
             400,
             f"unable to upgrade: no supported WebSocket subprotocol in {offered}; "
-            f"supported: {', '.join(PROTOCOLS)}",
+            f"supported: {', '.join(protocols)}",
         )
     headers = [
         ("upgrade", "websocket"),
@@ -241,6 +248,21 @@ async def upgrade(
     if protocol:
         headers.append(("sec-websocket-protocol", protocol))
     reader, writer, trailing = await ex.upgrade(headers)
+    return reader, writer, trailing, protocol
+
+
+async def upgrade(
+    req: Request,
+    ex: Exchange,
+    *,
+    readable: set[int],
+    writable: set[int],
+    resize: bool,
+    idle_timeout: float | None = None,
+) -> WebSocketChannels:
+    """The exec/attach channels: handshake, then an empty message on the lowest writable
+    channel (raises ``HttpError`` before the upgrade when the request cannot be served)."""
+    reader, writer, trailing, protocol = await accept(req, ex, PROTOCOLS)
     effective = protocol or "channel.k8s.io"
     rd = set(readable)
     if resize and effective in {

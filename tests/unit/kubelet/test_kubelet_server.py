@@ -535,10 +535,14 @@ async def test_backend_without_exec_answers_501_status_before_upgrade(tmp_path: 
         assert "exec is not supported by the logsonly backend" in status["message"]
         client.writer.close()
         async with e.http() as c:
-            r = await c.get("/attach/default/p/app?output=1", headers={"upgrade": "websocket"})
-            assert r.status_code == 501 and "attach is not supported" in r.json()["message"]
+            r = await c.get(
+                "/attach/default/p/app?input=1&output=1", headers={"upgrade": "websocket"}
+            )
+            message = r.json()["message"]
+            assert r.status_code == 501 and "attach with stdin (-i) is not supported" in message
             r = await c.post("/portForward/default/p")
-            assert r.status_code == 501 and "port-forward is not supported" in r.text
+            assert r.status_code == 501
+            assert "port-forward is not supported by the logsonly backend" in r.text
             r = await c.get("/metrics/resource")
             assert r.status_code == 200
             samples = [ln for ln in r.text.splitlines() if not ln.startswith("#")]
