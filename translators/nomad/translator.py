@@ -149,6 +149,9 @@ class NomadTranslator:
         # Becomes ${attr.unique.network.ip-address} (host networking: the client node's
         # address) where the job is rendered; see translators/nomad/literal.py.
         pod_ip_placeholder=POD_IP_SENTINEL,
+        # A pod's podIP is its client's address and its tasks listen there (host
+        # networking): kubectl port-forward dials podIP:port (gateway/kubelet/portforward.py).
+        routable_pod_ip=True,
         # The docker driver's user, readonly_rootfs, cap_add/cap_drop, security_opt (jobs.py
         # checks each rendered task carries them; docs/backends/nomad.md, "securityContext").
         security_context=securitycontext.DOCKER,

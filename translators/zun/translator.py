@@ -107,6 +107,9 @@ def zun_features(cfg: ZunConfig, supports: Callable[[str], bool]) -> Features:
         volume_kinds=frozenset(volume_kinds),
         pod_features=frozenset(pod_features),
         updatable_fields=frozenset({"metadata.labels", "metadata.annotations"}),
+        # podIP is the container's own address on its Neutron network, which vkgate must be
+        # able to reach (docs/backends/zun.md): kubectl port-forward dials podIP:port.
+        routable_pod_ip=True,
     )
 
 

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from gateway.devstack.components import NOMAD_VERSION
+from gateway.kubelet import attach, portforward
 from gateway.pods import features as admission
-from translators.base import Attacher, Executor, LogOptions, LogReader, MetricsSource
+from translators.base import Executor, LogOptions, LogReader, MetricsSource
 from translators.base import TranslatorContext as Context
 from translators.nomad import NomadTranslator
 
@@ -225,8 +226,11 @@ def test_the_capability_rows_match_what_the_translator_implements(
 
     assert says_yes("`kubectl logs`") == isinstance(translator, LogReader)
     assert says_yes("`kubectl exec`") == isinstance(translator, Executor)
-    assert says_yes("`kubectl attach`") == isinstance(translator, Attacher)
-    assert says_yes("`kubectl port-forward`") == hasattr(translator, "port_forward")
+    assert says_yes("`kubectl attach`") == (attach.refusal(translator, stdin=False) == "")
+    assert ("`-i` → 501" in SUPPORT["`kubectl attach`"][0]) == bool(
+        attach.refusal(translator, stdin=True)
+    )
+    assert says_yes("`kubectl port-forward`") == (portforward.refusal(translator) == "")
     metrics = next(k for k in SUPPORT if k.startswith("metrics"))
     assert says_yes(metrics) == isinstance(translator, MetricsSource)
 
