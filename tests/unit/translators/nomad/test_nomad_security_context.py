@@ -191,3 +191,22 @@ def test_a_capability_outside_allow_caps_is_a_config_error_not_an_image_pull(
 ) -> None:
     event = {"Type": "Driver Failure", "Details": {"driver_error": message}}
     assert failure_reason(event, waiting=False) == reason
+
+
+def test_the_guide_rows_are_what_the_translator_enforces() -> None:
+    """docs/backends/nomad.md: the "What is supported" row and the "securityContext" table name
+    exactly the fields the docker driver enforces; every other field is listed as refused."""
+    import re
+
+    from translators import securitycontext
+    from translators.nomad import NomadTranslator
+
+    guide = (Path(__file__).parents[4] / "docs" / "backends" / "nomad.md").read_text()
+    (row,) = [line for line in guide.splitlines() if line.startswith("| securityContext | ")]
+    docker_part = row.split("; raw_exec", 1)[0]
+    assert set(re.findall(r"`(\w+)`", docker_part)) == set(securitycontext.DOCKER)
+    assert NomadTranslator.features.security_context == securitycontext.DOCKER
+    table = guide.split("### securityContext", 1)[1].split("\n### ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    for field in securitycontext.FIELDS:
+        assert any(re.match(rf"\| [^|]*`{field}\b", line) for line in rows), field
