@@ -5,7 +5,9 @@ Both work offline (no cluster, no backend): the pod comes from a YAML file and i
 
 ``vkgate render POD.yaml [--backend B] [--team T] [--template NAME] [--explain]
 [--show-secrets] [-c vkgate.toml]`` prints the backend request body exactly as ``create`` would
-send it (indented JSON on stdout; secrets masked as ``*****`` unless ``--show-secrets``).
+send it (indented JSON on stdout; secrets masked as ``*****`` unless ``--show-secrets``) — for
+Nomad the job body plus, under ``"Variable"``, the Nomad Variable written before it, which holds
+the pod's files and Secret env values (docs/design/secrets.md).
 ``--explain`` writes the lookup trace (team, annotation, team template, default, source file)
 and resolution notes to stderr, so stdout stays the spec.  Exit status: 0 rendered, 1 the
 template/schema/pod failed (the message names ``template:line`` and the field), 2 usage.

@@ -115,8 +115,14 @@ def test_render_prints_the_spec_with_secrets_masked(
     assert job["Meta"]["k8s.uid"]  # the translator's own values reach the template
     task = task_of(out)
     assert task["Config"]["args"] == ["--db=db:5432"]  # type: ignore[index]
-    assert task["Env"]["PW"] == "*****"  # type: ignore[index]
-    assert task["Env"]["TOKEN"] == "*****"  # type: ignore[index]  # placeholders are secrets too
+    # Secret env values never sit in the job: they are items of the job's Nomad Variable, which
+    # render prints beside it (masked; placeholders are secrets too).
+    assert "PW" not in task["Env"] and "TOKEN" not in task["Env"]  # type: ignore[operator]
+    env_templates = [t for t in task["Templates"] if t.get("Envvars")]  # type: ignore[attr-defined]
+    assert env_templates and "PW=" in env_templates[0]["EmbeddedTmpl"]
+    variable = json.loads(out)["Variable"]
+    assert variable["Path"] == "nomad/jobs/ml-web-00000000"
+    assert sorted(variable["Items"].values()) == ["*****", "*****"]
     assert "hunter2-secret" not in out
 
 
@@ -124,10 +130,9 @@ def test_show_secrets_and_placeholders(
     tdir: Path, pod_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = render(capsys, pod_file, tdir, "--show-secrets")
-    env = task_of(out)["Env"]
     assert code == 0
-    assert env["PW"] == "hunter2-secret"  # type: ignore[index]
-    assert env["TOKEN"] == "<secret not-in-file token>"  # type: ignore[index]
+    items = json.loads(out)["Variable"]["Items"]
+    assert sorted(items.values()) == ["<secret not-in-file token>", "hunter2-secret"]
 
 
 def test_explain_shows_the_lookup_on_stderr(

@@ -76,7 +76,6 @@ from translators.nomad.jobs import (
     is_owned,
     job_id,
     mapped_namespace,
-    render_job,
     template_for,
     variable_path,
 )
@@ -139,7 +138,10 @@ def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[st
 class NomadTranslator:
     kind = "nomad"
     features = Features(
-        volume_kinds=frozenset({"configMap", "secret", "projected", "downwardAPI", "emptyDir"}),
+        # persistentVolumeClaim: a host or CSI volume request (claims.py)
+        volume_kinds=frozenset(
+            {"configMap", "secret", "projected", "downwardAPI", "emptyDir", "persistentVolumeClaim"}
+        ),
         # hostPort: a group ReservedPorts entry (jobs.py; docs/design/nomad.md, "Pod to job
         # mapping").  Declared so that admission lets through what the translator maps.
         pod_features=frozenset({"initContainers", "sidecars", "hostPort"}),
@@ -472,12 +474,26 @@ class NomadTranslator:
             log.warning("nomad: removing the Variable of job %s failed: %s", jid, exc)
 
     def render_spec(self, pod: ResolvedPod) -> JSON:
-        """The ``POST /v1/jobs`` body ``create`` would send (offline: F from the settings,
-        else the last measured value, else 1000 MHz per core)."""
+        """What ``create`` would send (offline: F from the settings, else the last measured
+        value, else 1000 MHz per core): the ``POST /v1/jobs`` body and, under ``"Variable"``,
+        the job's Nomad Variable written before it — the pod's files and Secret env values,
+        which the job itself never carries (docs/design/secrets.md).  A pod without any has
+        no ``"Variable"``."""
         factor = self.config.mhz_per_core or self._factor or cap.DEFAULT_MHZ_PER_CORE
-        return render_job(
-            pod, renderer=self.renderer, cfg=self.config, settings=self.settings, factor=factor
+        name = template_for(pod, renderer=self.renderer, cfg=self.config)
+        ctx = context(pod, cfg=self.config, settings=self.settings, factor=factor)
+        spec = finish_job(
+            self.renderer.render(name, ctx),
+            pod,
+            info=ctx["backend_info"],
+            template=name,
+            relaxed=self.config.relax_security_context,
         )
+        items = dict(ctx["backend_info"]["variable"]["items"])
+        if not items:
+            return spec
+        path = variable_path(str(spec["Job"]["ID"]))
+        return {**spec, "Variable": {"Path": path, "Items": items}}
 
     async def _get_job(self, jid: str, *, namespace: str, region: str) -> JSON | None:
         try:
