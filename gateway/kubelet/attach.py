@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.kubelet.server import HttpError
@@ -35,6 +36,8 @@ from translators.base import (
     Translator,
     TranslatorError,
 )
+
+log = logging.getLogger(__name__)
 
 Starter = Callable[[], Awaitable[ExecSession]]
 
@@ -63,7 +66,10 @@ class LogAttachSession:
             async for data in chunks:
                 if data:
                     await self._queue.put((channel, data))
-        except TranslatorError as exc:
+        except Exception as exc:  # the backend's read failed: the attach ends with it
+            if not isinstance(exc, TranslatorError):
+                log.warning("attach %s/%s: reading the log failed", self._ref.key, stream)
+                exc = TranslatorError(f"reading the container's output failed: {exc}")
             if not self._result.done():
                 self._result.set_exception(exc)
         finally:
@@ -71,7 +77,7 @@ class LogAttachSession:
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
-            await self._queue.put(None)
+        await self._queue.put(None)  # not when cancelled: nobody reads then
 
     async def output(self) -> AsyncIterator[tuple[int, bytes]]:
         while self._open:

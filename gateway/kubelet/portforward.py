@@ -192,7 +192,7 @@ class Forwarding:
     """What every connection of one request shares."""
 
     ref: PodRef
-    open: Opener
+    opener: Opener
     metrics: Metrics | None = None
 
     def error_text(self, port: int, reason: str) -> bytes:
@@ -204,7 +204,7 @@ class Forwarding:
     async def connect(self, client: ClientSide, port: int) -> bytes:
         """One forwarded connection from start to end; the error text ("" on success)."""
         try:
-            conn = await self.open(port)
+            conn = await self.opener(port)
         except (TranslatorError, OSError) as exc:
             log.info("port-forward %s:%d: %s", self.ref.key, port, exc)
             return self.error_text(port, str(exc))
@@ -254,11 +254,16 @@ class _Pair:
     complete: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, stream: spdy.SpdyStream) -> str:
-        """Take ``stream``; the reason it cannot be taken, else ""."""
-        kind = stream.header("streamtype")
-        if getattr(self, kind) is not None:
-            return f"{kind} stream already assigned"
-        setattr(self, kind, stream)
+        """Take ``stream`` (an ``error`` or ``data`` stream: ``stream_problem`` checked); the
+        reason it cannot be taken, else ""."""
+        if stream.header("streamtype") == "error":
+            if self.error is not None:
+                return "error stream already assigned"
+            self.error = stream
+        else:
+            if self.data is not None:
+                return "data stream already assigned"
+            self.data = stream
         if self.data is not None and self.error is not None:
             self.complete.set()
         return ""

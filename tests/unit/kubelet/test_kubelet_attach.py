@@ -18,6 +18,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
+from gateway.kubelet.attach import LogAttachSession
 from gateway.kubelet.routes import KubeletAPI
 from gateway.kubelet.server import HttpServer
 from translators.base import BackendNotFound, LogOptions, PodRef
@@ -235,3 +236,32 @@ async def test_a_backends_own_attach_gets_stdin() -> None:
         assert e.translator.calls == []  # its logs were not used for the attach
     finally:
         await e.server.stop()
+
+
+async def test_cancelling_an_attach_whose_client_stopped_reading_ends_at_once() -> None:
+    """A fast log and a client that reads nothing fill the session's queue; the client
+    leaving must still end the follows (nothing waits to queue an end marker nobody reads)."""
+    closed: list[str] = []
+
+    @dataclass
+    class Firehose:
+        kind: str = "firehose"
+
+        async def logs(
+            self, ref: PodRef, container: str, options: LogOptions
+        ) -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    yield b"x" * 1024
+                    await asyncio.sleep(0)
+            finally:
+                closed.append(options.stream)
+
+    session = LogAttachSession(
+        Firehose(), PodRef("default", "p", "uid-1"), "app", (("Stdout", 1), ("Stderr", 2))
+    )
+    await asyncio.sleep(0.1)  # the queue is full by now: nobody reads the output
+    canceller = asyncio.create_task(session.cancel())
+    done, _ = await asyncio.wait({canceller}, timeout=2)
+    assert canceller in done, "cancel() hangs"
+    assert sorted(closed) == ["Stderr", "Stdout"]
