@@ -10,6 +10,7 @@ import asyncio
 import base64
 import copy
 import datetime as _dt
+import functools
 import json
 import os
 from pathlib import Path
@@ -31,6 +32,7 @@ from translators.nomad.status import JobView, placement_from
 from translators.nomad.status import workload_state as nomad_state
 from translators.nomad.translator import NomadTranslator
 from translators.rendering import Renderer
+from translators.renderpool import RenderPool
 from translators.simulated import SimulatedTranslator
 from translators.zun.client import FEATURES, feature_flags
 from translators.zun.config import load_config as zun_config
@@ -190,6 +192,30 @@ def test_nomad_renders_any_pod_or_says_why(pod: dict[str, Any]) -> None:
     except TranslatorError:
         return
     json.dumps(job)
+
+
+@FUZZ
+@given(pods())
+def test_the_render_workers_render_any_pod_as_the_agent_does(pod: dict[str, Any]) -> None:
+    """The agent renders in worker processes (translators/renderpool.py): whatever a pod
+    holds crosses the pipe and comes back the same job, or the same error."""
+    rpod = resolved(pod, NomadTranslator.features)
+    if rpod is None:
+        return
+    outcomes = []
+    for renderer in (RENDERER, _pooled()):
+        try:
+            outcomes.append(
+                render_job(rpod, renderer=renderer, cfg=NOMAD, settings={}, factor=2000.0)
+            )
+        except TranslatorError as exc:
+            outcomes.append((type(exc).__name__, str(exc)))
+    assert outcomes[0] == outcomes[1]
+
+
+@functools.cache
+def _pooled() -> Renderer:
+    return Renderer(pool=RenderPool(workers=1))
 
 
 ZUN_SETTINGS: dict[str, Any] = {"auth_url": "https://keystone.example:5000/v3"}
