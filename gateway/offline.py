@@ -14,6 +14,9 @@ The pod is resolved with the gateway's own rules (``gateway.pods.env`` /
   ``items`` contributes nothing), so a pod renders without its cluster; ``notes`` lists them.
 * ``imagePullSecrets`` are resolved from the Secrets in the file (dockerconfigjson/dockercfg,
   as the live agent does); a pull secret the file does not contain is left out with a note.
+* PersistentVolumeClaim and PersistentVolume documents answer persistentVolumeClaim volumes
+  (the claim bound to its PV, as the live agent reads them: gateway.pods.claims); a claim or
+  PV the file lacks is a mount failure, as it would be in the cluster.
 * A Namespace document gives the team (label ``vkgate.io/team``) unless ``--team`` is given.
 * Service link variables are not generated (there are no Services offline).
 
@@ -77,6 +80,8 @@ class Inputs:
     #: Services the live agent would read for the pod's service-link variables: every Service
     #: of the pod's namespace, and ``default/kubernetes`` (``RefCache.services``).
     services: list[dict[str, Any]] = field(default_factory=list)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
     namespace: dict[str, Any] | None = None
     source: str = ""
 
@@ -109,6 +114,10 @@ def parse_inputs(text: str, *, source: str = "") -> Inputs:
             inputs.configmaps[name] = d
         elif d.get("kind") == "Secret":
             inputs.secrets[name] = _secret_data(d)
+        elif d.get("kind") == "PersistentVolumeClaim":
+            inputs.claims[name] = d
+        elif d.get("kind") == "PersistentVolume":
+            inputs.volumes[name] = d
         elif d.get("kind") == "Namespace" and name == ns:
             inputs.namespace = d
     return inputs
@@ -223,6 +232,8 @@ class FileLookups:
         )
 
     async def get(self, kind: Kind, namespace: str, name: str) -> Lookup:
+        if kind == "persistentvolumeclaims":
+            return self.inputs.claims.get(name)
         table = self.inputs.configmaps if kind == "configmaps" else self.inputs.secrets
         if name in table:
             return table[name]
@@ -235,6 +246,9 @@ class FileLookups:
 
     async def services(self, namespace: str) -> list[dict[str, Any]]:
         return list(self.inputs.services)
+
+    async def persistent_volume(self, name: str) -> Lookup:
+        return self.inputs.volumes.get(name)
 
     async def team(self, namespace: str) -> str:
         if self._team:

@@ -143,13 +143,19 @@ class VolumeFile:
 @dataclass(frozen=True, slots=True)
 class ResolvedVolume:
     """A pod volume turned into data.  ``kind`` is the Kubernetes volume type
-    (``configMap``, ``secret``, ``emptyDir``, ``projected``, ``downwardAPI``)."""
+    (``configMap``, ``secret``, ``emptyDir``, ``projected``, ``downwardAPI``,
+    ``persistentVolumeClaim``)."""
 
     name: str
     kind: str
     files: tuple[VolumeFile, ...] = ()
     medium: str = ""
     size_limit: str = ""
+    #: ``persistentVolumeClaim``: the claim's name, the pod's ``readOnly`` for it, and the
+    #: PersistentVolume bound to it as read from the API (gateway/pods/claims.py).
+    claim: str = ""
+    claim_read_only: bool = False
+    persistent_volume: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

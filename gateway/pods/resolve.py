@@ -56,6 +56,7 @@ from typing import Any, Literal, Protocol
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, NotFound
 from gateway.pods import admission as admod
+from gateway.pods import claims as claimmod
 from gateway.pods import env as envmod
 from gateway.pods import features as featmod
 from gateway.pods import pullsecrets as pullmod
@@ -74,7 +75,9 @@ from vkgate_core.kubetypes import CONTAINER_GROUPS, Pod
 
 log = logging.getLogger("gateway.pods.resolve")
 
-Kind = Literal["configmaps", "secrets"]
+Kind = Literal["configmaps", "secrets", "persistentvolumeclaims"]
+#: The cache key kind of a PersistentVolume (cluster-scoped: namespace "").
+PV_KIND = "persistentvolumes"
 RefKey = tuple[str, str, str]  # (kind, namespace, name)
 #: A "not found" is re-read after this long when a pod sync asks again (its retry backoff),
 #: so a pod waiting for a ConfigMap does not have to wait for the next refresh.
@@ -104,6 +107,8 @@ class Lookups(Protocol):
     async def team(self, namespace: str) -> str: ...
 
     async def token(self, pod: Mapping[str, Any], key: volmod.TokenKey) -> str | ReadError: ...
+
+    async def persistent_volume(self, name: str) -> Lookup: ...
 
 
 #: A projected service-account token is requested again at this fraction of its lifetime, as
@@ -166,6 +171,8 @@ class RefCache:
         self.reads += 1
         async with self._sem:
             try:
+                if kind == PV_KIND:
+                    return await self.kube.get(f"/api/v1/persistentvolumes/{name}")
                 return await self.kube.get(f"/api/v1/namespaces/{ns}/{kind}/{name}")
             except NotFound:
                 return None
@@ -173,7 +180,13 @@ class RefCache:
                 return ReadError(str(exc))
 
     async def get(self, kind: Kind, namespace: str, name: str) -> Lookup:
-        key = (kind, namespace, name)
+        return await self._lookup((kind, namespace, name))
+
+    async def persistent_volume(self, name: str) -> Lookup:
+        """The PersistentVolume a pod's claim is bound to (gateway/pods/claims.py)."""
+        return await self._lookup((PV_KIND, "", name))
+
+    async def _lookup(self, key: RefKey) -> Lookup:
         entry = self._cache.get(key)
         if entry is not None and (
             entry.value is not None or self.clock.monotonic() - entry.fetched < MISS_TTL
@@ -337,9 +350,12 @@ def references(pod: Mapping[str, Any]) -> set[RefKey]:
     ns = str((pod.get("metadata") or {}).get("namespace", ""))
     cms, secrets = envmod.referenced_objects(pod)
     vcms, vsecrets = volmod.referenced_objects(pod)
-    return {("configmaps", ns, n) for n in cms | vcms} | {
-        ("secrets", ns, n) for n in secrets | vsecrets
-    }
+    claims = set(claimmod.claim_names(pod).values())
+    return (
+        {("configmaps", ns, n) for n in cms | vcms}
+        | {("secrets", ns, n) for n in secrets | vsecrets}
+        | {("persistentvolumeclaims", ns, n) for n in claims}
+    )
 
 
 #: Where ``ResolvedPod.team`` came from (``vkgate render --explain`` prints it).
@@ -465,6 +481,15 @@ class Resolver:
         )
         out.events.extend(vols.events)
         out.mount_error = vols.error
+        # persistentVolumeClaim volumes carry their bound PersistentVolume (claims.py)
+        found = {k[2]: v for k, v in lookups.items() if k[0] == "persistentvolumeclaims"}
+        pv_names = sorted({claimmod.bound_volume(v) for v in found.values()} - {""})
+        pvs = await asyncio.gather(*(self.refs.persistent_volume(n) for n in pv_names))
+        claimed = claimmod.resolve_claims(
+            pod, vols.volumes, found, dict(zip(pv_names, pvs, strict=True))
+        )
+        out.events.extend(claimed.events)
+        out.mount_error = out.mount_error or claimed.error
         for name, kind in vols.unsupported:
             out.unsupported.append(featmod.unsupported_volume(name, kind, backend=self.backend))
         if out.blocked:
@@ -479,7 +504,7 @@ class Resolver:
             pod=pod,
             containers=tuple(containers["containers"]),
             init_containers=tuple(containers["initContainers"]),
-            volumes=vols.volumes,
+            volumes=claimed.volumes,
             team=team,
             team_source=source,
             host_ip=host,

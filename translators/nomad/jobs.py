@@ -110,7 +110,7 @@ from translators.base import (
     TranslationError,
     UnsupportedError,
 )
-from translators.nomad import images, literal, scheduling
+from translators.nomad import claims, images, literal, scheduling
 from translators.nomad.config import NomadConfig
 from translators.quantity import cpu_millis, parse_quantity
 from translators.registry import credential_for, image_host
@@ -502,6 +502,8 @@ def task_volumes(
                 f"volume {m.volume!r} is mounted but not defined",
                 field=f"spec.containers[{c.name}].volumeMounts",
             )
+        if vol.kind == claims.CLAIM:  # a Nomad volume request and VolumeMounts (claims.py)
+            continue
         if vol.kind not in FILE_VOLUMES and vol.kind != "emptyDir":
             raise UnsupportedError(
                 f"volume {vol.name!r} of kind {vol.kind} is not supported by the Nomad backend",
@@ -706,6 +708,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "port_labels": labels.get(c.name, []),
             "templates": templates,
             "docker_volumes": literal.config_literals(binds),
+            "volume_mounts": claims.task_mounts(c, volumes),
             "env": env.env,
             "force_pull": c.spec.get("imagePullPolicy") == "Always",
             "auth": (
@@ -759,6 +762,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
         ),
         "affinities": affinities,
         "networks": nets,
+        "volumes": claims.group_volumes(volumes),
         "ephemeral_disk_mb": ephemeral_disk_mb(containers),
         "mhz_per_core": factor,
         "tasks": tasks,
@@ -893,6 +897,7 @@ def finish_job(
     job["Meta"] = meta
     job.setdefault("Namespace", info["namespace"])
     _check_commands(job, template=template)
+    claims.check_rendered(job, info, template=template)
     _check_security(job, pod, relaxed=relaxed, template=template)
     return {"Job": job}
 

@@ -114,6 +114,9 @@ class NoLabels:
     async def token(self, pod: Any, key: Any) -> str:
         return "t"
 
+    async def persistent_volume(self, name: str) -> Any:
+        return None
+
 
 async def test_the_team_comes_from_the_label_else_from_templates_teams() -> None:
     """Live, a namespace without the team label still gets its team from templates.teams, so

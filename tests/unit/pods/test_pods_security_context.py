@@ -113,6 +113,9 @@ class NoRefs:
     async def token(self, pod: Any, key: Any) -> str:
         raise AssertionError("the pod has no token volume")
 
+    async def persistent_volume(self, name: str) -> Any:
+        return None
+
 
 async def test_the_resolver_warns_once_per_relaxed_field() -> None:
     resolver = Resolver(

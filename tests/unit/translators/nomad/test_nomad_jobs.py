@@ -311,10 +311,11 @@ def test_file_contents_are_variable_items_never_template_text() -> None:
 
 def test_unsupported_volume_kind_is_refused_with_the_volume_named() -> None:
     c = ResolvedContainer(name="app", image="x", mounts=(VolumeMount("data", "/data"),))
-    with pytest.raises(UnsupportedError, match="'data' of kind persistentVolumeClaim"):
-        task_volumes(
-            c, {"data": ResolvedVolume("data", "persistentVolumeClaim")}, Variable("nomad/jobs/j")
-        )
+    with pytest.raises(UnsupportedError, match="'data' of kind hostPath"):
+        task_volumes(c, {"data": ResolvedVolume("data", "hostPath")}, Variable("nomad/jobs/j"))
+    # a claim is not a file volume: a Nomad volume request and VolumeMounts (claims.py)
+    claim = ResolvedVolume("data", "persistentVolumeClaim", claim="c")
+    assert task_volumes(c, {"data": claim}, Variable("nomad/jobs/j")) == ([], [])
 
 
 # -- policy ------------------------------------------------------------------------------
