@@ -416,10 +416,18 @@ def _sum_estimate(a: Any, k: Mapping[str, Any]) -> int:
 
 
 def _tojson_estimate(a: Any, k: Mapping[str, Any]) -> int:
-    indent = _arg(a, k, 1, "indent", None)
+    value, indent = a[0], _arg(a, k, 1, "indent", None)
+    if isinstance(value, str) and len(value) <= _FAST:
+        return 0  # at most 6 characters each (``\u0001``): no walk for the common case
+    if isinstance(value, (int, float)) or value is None:
+        return 0
     return json_size(
-        a[0], limit=_measure_limit(), indent=indent if isinstance(indent, int) else None
+        value, limit=_measure_limit(), indent=indent if isinstance(indent, int) else None
     )
+
+
+#: A string this long cannot reach any ``max_value`` as JSON (6 characters each, at most).
+_FAST = 4096
 
 
 _FILTER_ESTIMATES: dict[str, Callable[[Any, Mapping[str, Any]], int]] = {

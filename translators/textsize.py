@@ -18,8 +18,8 @@ measured by their own short ``str()``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, ValuesView
+from json.encoder import encode_basestring as _encode
 from typing import Any
 
 from jinja2.utils import Namespace
@@ -47,8 +47,8 @@ def _repr_len(s: str) -> int:
 
 def _json_str_len(s: str) -> int:
     if len(s) <= _CHUNK:
-        return len(json.dumps(s, ensure_ascii=False))
-    return 2 + sum(len(json.dumps(c, ensure_ascii=False)) - 2 for c in _chunks(s))
+        return len(_encode(s))
+    return 2 + sum(len(_encode(c)) - 2 for c in _chunks(s))
 
 
 def _int_len(n: int) -> int:
@@ -116,44 +116,85 @@ def _pairs(items: Iterable[tuple[Any, Any]], key: int, value: int) -> Iterator[t
 def json_size(value: Any, *, limit: int, indent: int | None = None) -> int:
     """Characters of ``json.dumps(value, ensure_ascii=False, indent=indent)`` as the ``tojson``
     filter writes it (tuples and sets as lists), or a number above ``limit`` as soon as it is
-    known to exceed it."""
+    known to exceed it.
+
+    Written out rather than through ``_measure``: ``tojson`` runs a few dozen times per pod,
+    so this walk is on every render's path (bench/render_isolation.py)."""
     step = None if indent is None else max(indent, 0)
+    memo: dict[Any, int] = {}
+    active: set[int] = set()
 
-    def leaf(node: Any, level: int) -> int | None:
-        if isinstance(node, str):
+    def walk(node: Any, level: int) -> int:
+        kind = type(node)
+        if kind is str:
             return _json_str_len(node)
-        if isinstance(node, bool) or node is None:
-            return 4 + (node is False)
-        if isinstance(node, int):
+        if kind is int:
             return _int_len(node)
-        if isinstance(node, float):
+        if kind is bool or node is None:
+            return 4 + (node is False)
+        if kind is float:
             return len(repr(node))
-        if isinstance(node, bytes):
-            return 2 + 6 * len(node)
-        return None
-
-    def key_len(k: Any) -> int:
-        if isinstance(k, str):
-            return _json_str_len(k)
-        return 2 + (leaf(k, 1) or len(str(k)))
-
-    def keyed(items: Iterable[tuple[Any, Any]], around: int) -> Iterator[tuple[Any, int]]:
-        for k, v in items:
-            yield v, key_len(k) + 2 + around
-
-    def parts(node: Any, level: int) -> _Parts | None:
-        if step is None:  # ", " between items
+        if kind is dict or kind is list or kind is tuple:
+            pass
+        elif isinstance(node, (str, int, float, bytes)):
+            return _json_scalar_len(node)
+        elif not isinstance(node, (list, tuple, set, frozenset, dict)):
+            return 0  # not JSON: tojson raises (or, for an undefined value, names it)
+        key: Any = id(node) if step is None else (id(node), level)
+        found = memo.get(key)
+        if found is not None:
+            return found
+        if id(node) in active:  # json refuses a cycle
+            return 5
+        active.add(id(node))
+        if step is None:  # ", " between items, none after the last
             around, once = 2, -2
         else:  # ",", a newline and the indentation before each item and the closing bracket
-            around, once = 2 + step * (level + 1), 1 + step * level - 1
-        if isinstance(node, (list, tuple, set, frozenset)):
-            return 2, ((v, around) for v in node), once
+            around, once = 2 + step * (level + 1), step * level
+        size = 2
         if isinstance(node, dict):
-            return 2, keyed(node.items(), around), once
-        return None
+            for k, v in node.items():
+                size += walk(v, level + 1) + _json_key_len(k) + 2 + around
+                if size > limit:
+                    raise _Over
+        else:
+            for child in node:
+                size += walk(child, level + 1) + around
+                if size > limit:
+                    raise _Over
+        if len(node):
+            size += once
+        active.discard(id(node))
+        memo[key] = size
+        return size
 
-    # Anything else is not JSON: tojson raises (or, for an undefined value, names it).
-    return _measure(value, limit, leaf, parts, lambda node: 0, by_level=step is not None)
+    try:
+        return walk(value, 0)
+    except (_Over, RecursionError):
+        return limit + 1
+
+
+def _json_scalar_len(node: Any) -> int:
+    """A subclass of str/int/float (``Markup``, an ``IntEnum``), or bytes (tojson decodes)."""
+    if isinstance(node, str):
+        return _json_str_len(node)
+    if isinstance(node, bool):
+        return 4 + (node is False)
+    if isinstance(node, int):
+        return _int_len(node)
+    if isinstance(node, float):
+        return len(repr(node))
+    return 2 + 6 * len(node)
+
+
+def _json_key_len(k: Any) -> int:
+    if type(k) is str:
+        return _json_str_len(k)
+    if isinstance(k, bool) or k is None:
+        return 6 + (k is False)
+    if isinstance(k, int):
+        return 2 + _int_len(k)
+    return 2 + len(repr(k))
 
 
 def _measure(
