@@ -12,6 +12,7 @@ pickles on stdin and answers on stdout:
   name the line of a render it has to kill — and finally ``("ok", value)`` or
   ``("error", detail, template, line, field, retire, peak_kib)``.
 
+Renders run on its main thread, their deadline kept by ``SIGALRM`` (``sandbox.use_alarm``).
 Limits of its own: ``RLIMIT_AS`` at its size after imports plus ``MAX_MEMORY`` (and room for
 two thread stacks), no core files, ``RLIMIT_CPU`` reset before each render to the CPU time
 used so far plus the render's timeout and a second (a stuck worker dies even when no
@@ -96,7 +97,9 @@ def main(argv: list[str]) -> int:
         parse_in,
         render_text_in,
     )
-    from translators.sandbox import LimitedSandbox, RenderLimits
+    from translators.sandbox import LimitedSandbox, RenderLimits, use_alarm
+
+    use_alarm()  # renders run on this thread: no watchdog thread per render
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
