@@ -35,9 +35,11 @@ import contextlib
 import contextvars
 import dataclasses
 import fnmatch
+import functools
 import hashlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -224,6 +226,7 @@ class Renderer:
         self.defaults = dict(defaults or {})
         #: Render in these worker processes (``None``: in this process, in a thread).
         self.pool = pool
+        self._executor: ThreadPoolExecutor | None = None
         self._remotes: dict[int, tuple[LimitedSandbox, RemoteEnv]] = {}
         self.version = 0
         self._lock = threading.Lock()
@@ -270,6 +273,8 @@ class Renderer:
         """Stop the render workers of the pool this renderer was given."""
         if self.pool is not None:
             self.pool.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
     @property
     def current_env(self) -> LimitedSandbox:
@@ -436,11 +441,21 @@ class Renderer:
     async def arender(
         self, template: str, context: Mapping[str, Any], *, schema: str | None = None
     ) -> Any:
-        """``render`` off the event loop."""
+        """``render`` off the event loop.  With a pool, on threads of this renderer's own (one per
+        worker): renders queue there instead of holding the loop's default executor, which the
+        rest of the agent needs (DNS lookups, other blocking calls) while a bomb is killed."""
         import asyncio
 
         ctx = contextvars.copy_context()
-        return await asyncio.to_thread(ctx.run, self.render, template, context, schema=schema)
+        call = functools.partial(ctx.run, self.render, template, context, schema=schema)
+        if self.pool is None:
+            return await asyncio.to_thread(call)
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self.pool.workers, thread_name_prefix="vkgate-render-wait"
+                )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def check(self, template: str) -> None:
         """Compile ``template`` and everything it statically extends/includes; raise

@@ -4,6 +4,7 @@ the agent stalling, growing or losing the template line (docs/design/template-sa
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import resource
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -137,6 +139,28 @@ def test_memory_past_the_worker_limit_is_a_translation_error(pool: RenderPool) -
     assert 0 < pool.last_peak_kib < (pool.max_memory + 80 * 2**20) // 1024
     assert pool.replaced == 1
     assert renderer.render_text("t/ok.j2", {"x": 2, "meta": {"name": "p"}}).startswith('{"a": 2')
+
+
+def test_renders_waiting_for_a_worker_leave_the_default_executor_free(pool: RenderPool) -> None:
+    """Six slow renders on two workers: the other four wait on the renderer's own threads,
+    not on the event loop's default executor (DNS lookups and the agent's other blocking
+    calls run there)."""
+    renderer = Renderer(overlay=OVERLAY, pool=pool, limits=RenderLimits(timeout=0.3))
+
+    async def main() -> tuple[float, list[Any]]:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
+        renders = [renderer.arender("t/loop.j2", {}, schema="") for _ in range(6)]
+        tasks = [asyncio.ensure_future(r) for r in renders]
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await asyncio.to_thread(lambda: None)
+        waited = time.monotonic() - started
+        return waited, await asyncio.gather(*tasks, return_exceptions=True)
+
+    waited, results = asyncio.run(main())
+    assert waited < 0.2
+    assert all(isinstance(r, TranslationError) and "time limit" in str(r) for r in results)
+    renderer.close()
 
 
 def test_overlay_changes_and_trials_reach_the_workers(pool: RenderPool) -> None:
