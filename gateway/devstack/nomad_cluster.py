@@ -11,7 +11,8 @@ The e2e tier's Nomad (docs/design/nomad.md, "The e2e cluster").  Unlike the ``-d
   namespace (``CLIENT_IPS``), its own data, alloc and state dirs and cgroup parent: client 1 has
   raw_exec and (given a dockerd) the docker driver, node class ``class-a``, the default node pool;
   client 2 has raw_exec only, node class ``class-b``, node pool ``pool-b`` (created by its
-  registration); both carry ``meta.vkgate-client`` (``c1``/``c2``).  A job lands on client 2 only
+  registration); both carry ``meta.vkgate-client`` (``c1``/``c2``); client 1 has the host
+  volumes ``HOST_VOLUMES`` (directories ``<client work dir>/hv/<name>``).  A job lands on client 2 only
   when it asks for ``pool-b``: every other e2e test's pods run on client 1.
 - bridge networking on both clients: Debian's CNI plugins (``CNI_PATH``), each client its own
   bridge (``vkbr1``/``vkbr2``) and a quarter of 203.0.113.0/24 (``BRIDGE_SUBNETS``), the docker
@@ -127,6 +128,10 @@ class NomadClientNode:
     bridge_subnet: str = ""
     #: The subnet of its CNI network ``CNI_NETWORK`` ("": none).
     cni_subnet: str = ""
+    #: Nomad host volumes (``host_volume "<name>"``), each a directory ``hv/<name>`` of the
+    #: client's work dir, writable: PersistentVolumes name them (docs/backends/nomad.md,
+    #: "Persistent volumes").
+    host_volumes: tuple[str, ...] = ()
 
 
 def cni_conflist(node: NomadClientNode, index: int, cni_dir: Path) -> dict[str, Any]:
@@ -400,6 +405,16 @@ def _client_config(
             "node_class": node.node_class,
             "node_pool": node.node_pool,
             "meta": dict(node.meta),
+            **(
+                {
+                    "host_volume": {
+                        name: {"path": str(wd / "hv" / name), "read_only": False}
+                        for name in node.host_volumes
+                    }
+                }
+                if node.host_volumes
+                else {}
+            ),
             "alloc_dir": str(wd / "alloc"),
             "state_dir": str(wd / "client"),
             # Two clients on one host: each its own cgroup tree, or one would reconcile away the
@@ -470,6 +485,10 @@ def _clients_ready(address: str, tls: NomadTLS, token: str, names: set[str]) -> 
     return names <= ready
 
 
+#: Client 1's host volumes: one per replica of the e2e StatefulSet.
+HOST_VOLUMES = ("vkgate-e2e-0", "vkgate-e2e-1")
+
+
 def default_clients() -> tuple[NomadClientNode, ...]:
     return (
         NomadClientNode(
@@ -481,6 +500,7 @@ def default_clients() -> tuple[NomadClientNode, ...]:
             bridge="vkbr1",
             bridge_subnet=BRIDGE_SUBNETS[0],
             cni_subnet=CNI_SUBNETS[0],
+            host_volumes=HOST_VOLUMES,
         ),
         NomadClientNode(
             "vkgate-nomad-c2",
@@ -545,6 +565,8 @@ def launch_nomad_cluster(
             netns.add_veth_address(iface, node.ip)
             cwd = wd / node.name
             cwd.mkdir(parents=True)
+            for name in node.host_volumes:
+                (cwd / "hv" / name).mkdir(parents=True)
             if node.cni_subnet:
                 (cwd / "cni").mkdir()
                 conflist = cni_conflist(node, i, cwd / "cni")
