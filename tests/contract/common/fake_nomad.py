@@ -142,6 +142,8 @@ class FakeNomad:
         self.stdout = b""
         self.requests: list[httpx.Request] = []
         self.unknown: list[str] = []
+        #: (namespace, path) → items of the Nomad Variables written (a job's files and Secret env)
+        self.variables: dict[tuple[str, str], dict[str, str]] = {}
         self.down = False
         self._captures = {
             name: _captured(name) for name in ("running", "stopped", *FINISHED.values())
@@ -311,6 +313,13 @@ class FakeNomad:
                 return self._ls(alloc_id)
             case "GET", ["client", "fs", "logs", alloc_id]:
                 return self._logs(alloc_id, q)
+            case "PUT", ["var", *path]:
+                body = json.loads(request.content)
+                self.variables[(q.get("namespace", "default"), "/".join(path))] = body["Items"]
+                return self._ok({**body, "ModifyIndex": self._bump()})
+            case "DELETE", ["var", *path]:
+                self.variables.pop((q.get("namespace", "default"), "/".join(path)), None)
+                return self._ok(None)
         return None
 
     def _register(self, body: JSON) -> httpx.Response:
