@@ -20,7 +20,7 @@ from waiting import wait_until
 
 from gateway.devstack.agent import GatewayProcess
 from gateway.devstack.controlplane import ControlPlane
-from gateway.devstack.nomad_cluster import HOST_VOLUMES, POLICY_FILE, NomadCluster, apply_policy
+from gateway.devstack.nomad_cluster import HOST_VOLUMES, NomadCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -139,22 +139,10 @@ def test_statefulset_on_host_volumes_keeps_replica_data_across_a_replacement(
     nomad_cluster: NomadCluster,
 ) -> None:
     tag = uuid.uuid4().hex[:5]
-    # Mounting a host volume needs the host_volume ACL (mount-readwrite), which the shipped
-    # policy does not grant yet: this test's own wider policy adds it.
-    token = apply_policy(
-        nomad_cluster.local_address,
-        nomad_cluster.tls,
-        nomad_cluster.management_token,
-        POLICY_FILE.read_text() + '\nhost_volume "vkgate-e2e-*" {\n  policy = "write"\n}\n',
-        name=f"vkgate-hv-{tag}",
-    )
+    # Mounting a host volume needs host_volume write (mount-readwrite): the shipped policy's
+    # token has it (deploy/nomad/vkgate-policy.hcl, docs/backends/nomad.md "The ACL policy").
     gw = start_cluster_gateway(
-        {
-            "backend": {
-                "kind": "nomad",
-                "nomad": {**nomad_cluster.backend_settings(), "token": token},
-            }
-        }
+        {"backend": {"kind": "nomad", "nomad": nomad_cluster.backend_settings()}}
     )
     wait_until(
         "the node schedulable",

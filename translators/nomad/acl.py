@@ -17,7 +17,10 @@ Requirements are Nomad 1.6's "ACL Required" column of each endpoint, checked aga
 source (docs/design/nomad.md, "ACL").  A ``Need`` is all-of across an endpoint's ``needs``;
 ``alternatives`` are any-of within one need (logs accept ``read-logs`` or ``read-fs``);
 ``when`` marks a need that only some calls have (exec into a task without filesystem
-isolation, e.g. raw_exec, also needs ``alloc-node-exec``).
+isolation, e.g. raw_exec, also needs ``alloc-node-exec``; registering a job that mounts a host
+volume also needs ``host_volume`` write, one that claims a CSI volume ``csi-mount-volume``:
+Nomad 1.6's Job.Register checks each group volume after ``submit-job``, docs/design/nomad.md,
+"ACL", and docs/backends/nomad.md, "The ACL policy").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ENDPOINTS",
+    "HOST_VOLUMES",
     "VARIABLES_PATH",
     "Endpoint",
     "Need",
@@ -43,16 +47,21 @@ class UnlistedEndpoint(LookupError):
 @dataclass(frozen=True)
 class Need:
     """One ACL grant a call needs: a namespace capability, a capability on the namespace's
-    ``variables { path "nomad/jobs/*" }``, or ``node { policy = "read" }``."""
+    ``variables { path "nomad/jobs/*" }``, ``node { policy = "read" }``, or a policy on
+    ``host_volume "*"`` (``HOST_VOLUMES``: any name, since the volume is the pod's claim's)."""
 
     capability: str
-    scope: str = "namespace"  # "namespace" | "node" | "variables" (``VARIABLES_PATH``)
+    #: "namespace" | "node" | "variables" (``VARIABLES_PATH``) | "host_volume" (``HOST_VOLUMES``)
+    scope: str = "namespace"
     alternatives: tuple[str, ...] = ()
     when: str = ""
 
     def describe(self, namespace: str) -> str:
         if self.scope == "node":
             return f'node policy "{self.capability}"'
+        if self.scope == "host_volume":
+            text = f'host_volume "{HOST_VOLUMES}" policy {self.capability}'
+            return text + (f" {self.when}" if self.when else "")
         if self.scope == "variables":
             where = (
                 "every namespace vkgate uses"
@@ -99,13 +108,25 @@ NODE_READ = Need("read", scope="node")
 #: The jobs' own Variables (``jobs.variable_path``): a namespace's ``variables`` block.
 VARIABLES_PATH = "nomad/jobs/*"
 NO_FS_ISOLATION = "for a task without filesystem isolation, e.g. raw_exec"
+#: The host volumes a job may mount: a pod's claim names any client ``host_volume``.
+HOST_VOLUMES = "*"
+#: Registering a job with a group volume (Nomad 1.6 Job.Register; a read-only host volume
+#: would do with policy "read", but a claim mounted read-write needs "write").
+HOST_VOLUME_WRITE = Need("write", scope="host_volume", when="for a job that mounts a host volume")
+CSI_MOUNT = _ns("csi-mount-volume", when="for a job that claims a CSI volume")
 
 #: Every endpoint vkgate calls.  Paths are relative to ``/v1``.
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/status/leader", (), "health: the region has a leader"),
     Endpoint("GET", "/agent/health", (), "health: the agent vkgate talks to is healthy"),
     Endpoint("GET", "/jobs", (_ns("list-jobs"),), "list vkgate's jobs", essential=True),
-    Endpoint("POST", "/jobs", (_ns("submit-job"),), "register a pod's job", essential=True),
+    Endpoint(
+        "POST",
+        "/jobs",
+        (_ns("submit-job"), HOST_VOLUME_WRITE, CSI_MOUNT),
+        "register a pod's job",
+        essential=True,
+    ),
     Endpoint("GET", "/job/:job_id", (_ns("read-job"),), "read one job", essential=True),
     Endpoint("DELETE", "/job/:job_id", (_ns("submit-job"),), "stop / purge a job", essential=True),
     Endpoint(
@@ -205,18 +226,24 @@ def endpoint_for(method: str, path: str) -> Endpoint:
 class Refusals:
     """ACL refusals seen on real calls, per (capability, namespace), each kept until a call
     that needs the same grant in the same namespace succeeds.  Only endpoints with exactly
-    one need are attributed (exec's refusal may be either of its two)."""
+    one need are attributed (exec's refusal may be either of its two), except that a job's
+    register (``submit-job``, and a volume grant only when the job has volumes) is attributed
+    to ``submit-job``: the access probe's plan then asks again, and clears it when the token
+    may submit.  A success clears only the needs every call of the endpoint has (``when``
+    empty): a job without volumes says nothing of the volume grants."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[str, str], str] = {}
 
     def refused(self, endpoint: Endpoint, namespace: str, message: str) -> None:
-        if len(endpoint.needs) == 1:
+        needs = endpoint.needs
+        if len(needs) == 1 or (needs and needs[0].capability == "submit-job"):
             self._seen[(endpoint.needs[0].capability, namespace)] = message
 
     def allowed(self, endpoint: Endpoint, namespace: str) -> None:
         for need in endpoint.needs:
-            self._seen.pop((need.capability, namespace), None)
+            if not need.when:
+                self._seen.pop((need.capability, namespace), None)
 
     def get(self, capability: str, namespace: str) -> str | None:
         """The last refusal of ``capability`` in ``namespace`` still standing, if any."""

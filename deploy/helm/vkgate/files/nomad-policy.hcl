@@ -9,13 +9,14 @@
 
 namespace "default" {
   capabilities = [
-    "list-jobs",       # GET /v1/jobs: vkgate's jobs (the backstop list)
-    "read-job",        # jobs, allocations, evaluations, allocation stats, the event stream
-    "submit-job",      # register, stop and purge a pod's job
-    "alloc-lifecycle", # SIGKILL when a delete's grace is shorter than the kill timeout
-    "read-fs",         # kubectl logs, and log file sizes (--tail with -f, --previous)
-    "alloc-exec",      # kubectl exec
-    "alloc-node-exec", # kubectl exec into raw_exec tasks (no filesystem isolation)
+    "list-jobs",        # GET /v1/jobs: vkgate's jobs (the backstop list)
+    "read-job",         # jobs, allocations, evaluations, allocation stats, the event stream
+    "submit-job",       # register, stop and purge a pod's job
+    "alloc-lifecycle",  # SIGKILL when a delete's grace is shorter than the kill timeout
+    "read-fs",          # kubectl logs, and log file sizes (--tail with -f, --previous)
+    "alloc-exec",       # kubectl exec
+    "alloc-node-exec",  # kubectl exec into raw_exec tasks (no filesystem isolation)
+    "csi-mount-volume", # register a job that claims a CSI volume (a PV with spec.csi)
   ]
 
   # Each job's own Variable, nomad/jobs/<job>: the pod's files and Secret env values, which
@@ -34,4 +35,11 @@ namespace "default" {
 # HTTP address of the client agent a kubectl exec connects to.
 node {
   policy = "read"
+}
+
+# POST /v1/jobs of a job that mounts a host volume (a PV annotated nomad.vkgate.io/host-volume):
+# a read-write mount needs "write" on the volume's name.  "*" is any name; narrow it to the
+# names your PVs use (e.g. host_volume "data-*"), one block per pattern.
+host_volume "*" {
+  policy = "write"
 }

@@ -21,9 +21,11 @@ import pytest
 from translators.base import BackendAuthError, BackendNotFound, BackendUnavailable
 from translators.nomad.acl import (
     ENDPOINTS,
+    HOST_VOLUMES,
     VARIABLES_PATH,
     Endpoint,
     Need,
+    Refusals,
     UnlistedEndpoint,
     endpoint_for,
 )
@@ -116,10 +118,16 @@ class Grants:
     node: str  # "" | "read" | "write"
     #: namespace → variables path → capabilities
     variables: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
+    #: host_volume label → policy ("read" | "write")
+    host_volumes: dict[str, str] = field(default_factory=dict)
 
     def has(self, need: Need, namespace: str) -> bool:
         if need.scope == "node":
             return self.node in ("read", "write")
+        if need.scope == "host_volume":
+            # "write" includes mount-readonly (Nomad's policy expansion)
+            policy = self.host_volumes.get(HOST_VOLUMES, "")
+            return policy == "write" or policy in (need.capability, *need.alternatives)
         if need.scope == "variables":
             caps = self.variables.get(namespace, {}).get(VARIABLES_PATH, frozenset())
         else:
@@ -141,6 +149,7 @@ def _variables_of(block: Block) -> dict[str, frozenset[str]]:
 def grants_of(policy: Block) -> Grants:
     namespaces: dict[str, frozenset[str]] = {}
     variables: dict[str, dict[str, frozenset[str]]] = {}
+    host_volumes: dict[str, str] = {}
     node = ""
     for block in policy.blocks:
         if block.kind == "namespace":
@@ -153,9 +162,12 @@ def grants_of(policy: Block) -> Grants:
                 variables[block.labels[0]] = _variables_of(inner)
         elif block.kind == "node":
             node = str(block.attrs["policy"])
+        elif block.kind == "host_volume":
+            assert set(block.attrs) == {"policy"} and not block.blocks, "a policy only"
+            host_volumes[block.labels[0]] = str(block.attrs["policy"])
         else:
             raise AssertionError(f"the policy grants {block.kind!r}, which no call needs")
-    return Grants(namespaces, node, variables)
+    return Grants(namespaces, node, variables, host_volumes)
 
 
 def test_the_reader_reads_what_nomad_reads() -> None:
@@ -171,6 +183,17 @@ def test_the_reader_reads_what_nomad_reads() -> None:
     assert grants.has(Need("write", scope="variables"), "a")
     assert not grants.has(Need("destroy", scope="variables"), "a")
     assert not grants.has(Need("write"), "a")
+    assert not grants.has(Need("write", scope="host_volume"), "a")
+    grants = grants_of(parse_hcl('host_volume "*" {\n  policy = "read"\n}\n'))
+    assert grants == Grants({}, "", {}, {"*": "read"})
+    assert grants.has(Need("read", scope="host_volume"), "a")
+    assert not grants.has(Need("write", scope="host_volume"), "a")
+    assert grants_of(parse_hcl('host_volume "*" { policy = "write" }')).has(
+        Need("read", scope="host_volume"), "a"
+    )
+    # a narrowed name is not "any host volume" (a pod's claim may name any)
+    narrowed = grants_of(parse_hcl('host_volume "data-*" { policy = "write" }'))
+    assert not narrowed.has(Need("write", scope="host_volume"), "a")
 
 
 # --------------------------------------------------------------------------- calls in the code
@@ -255,18 +278,41 @@ def test_the_shipped_policy_grants_what_the_calls_need_and_nothing_more() -> Non
     assert not ungranted, f"calls the policy does not allow: {ungranted}"
     unused = []
     for cap in grants.namespaces[ns]:
-        fewer = Grants({ns: grants.namespaces[ns] - {cap}}, grants.node, grants.variables)
+        fewer = Grants(
+            {ns: grants.namespaces[ns] - {cap}}, grants.node, grants.variables, grants.host_volumes
+        )
         if all(fewer.has(n, ns) for _, n in needs):
             unused.append(cap)
     for path, caps in grants.variables.get(ns, {}).items():
         for cap in caps:
             less = {**grants.variables[ns], path: caps - {cap}}
-            fewer = Grants(grants.namespaces, grants.node, {ns: less})
+            fewer = Grants(grants.namespaces, grants.node, {ns: less}, grants.host_volumes)
             if all(fewer.has(n, ns) for _, n in needs):
                 unused.append(f"variables {path} {cap}")
     if grants.node and all(n.scope != "node" for _, n in needs):
         unused.append(f"node {grants.node}")
+    for label, policy in grants.host_volumes.items():
+        dropped = {k: v for k, v in grants.host_volumes.items() if k != label}
+        weaker = [dropped] + ([{**dropped, label: "read"}] if policy == "write" else [])
+        for volumes in weaker:  # without the block, or "write" lowered to "read"
+            fewer = Grants(grants.namespaces, grants.node, grants.variables, volumes)
+            if all(fewer.has(n, ns) for _, n in needs):
+                unused.append(f'host_volume "{label}" {policy}')
+                break
     assert not unused, f"grants no call needs: {unused}"
+
+
+def test_a_jobs_register_names_its_volume_grants() -> None:
+    """Nomad 1.6's Job.Register checks submit-job, then each group volume: host_volume write
+    (mount-readwrite) for a host volume, csi-mount-volume for a CSI one."""
+    assert endpoint_for("POST", "/jobs").refusal("k8s") == (
+        'needs namespace "k8s" capability submit-job, and host_volume "*" policy write for a'
+        ' job that mounts a host volume, and namespace "k8s" capability csi-mount-volume for'
+        " a job that claims a CSI volume"
+    )
+    assert endpoint_for("POST", "/job/x/plan").refusal("k8s") == (
+        'needs namespace "k8s" capability submit-job'
+    )
 
 
 def test_the_guide_shows_the_policy_file_verbatim() -> None:
@@ -368,3 +414,17 @@ async def test_other_500s_stay_transient() -> None:
     with pytest.raises(BackendUnavailable):
         await client.get("/jobs")
     await client.aclose()
+
+
+def test_a_registers_refusal_stands_for_submit_job_and_a_success_clears_only_it() -> None:
+    refusals = Refusals()
+    register = endpoint_for("POST", "/jobs")
+    refusals.refused(register, "default", "refused")
+    assert refusals.get("submit-job", "default") == "refused"
+    refusals.refused(endpoint_for("GET", "/client/allocation/a/exec"), "default", "exec")
+    assert refusals.get("alloc-exec", "default") is None  # either of its two
+    refusals.refused(endpoint_for("DELETE", "/job/web"), "default", "x")
+    refusals.refused(endpoint_for("POST", "/job/web/plan"), "k8s", "y")
+    refusals.allowed(register, "default")  # a job without volumes says nothing of them
+    assert refusals.get("submit-job", "default") is None
+    assert refusals.get("submit-job", "k8s") == "y"
