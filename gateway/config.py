@@ -227,7 +227,7 @@ class TemplateSettings:
         ),
     )
     render_memory: int = field(
-        default=256,
+        default=160,
         metadata=doc("MiB a render worker may allocate beyond its start-up size", lo=64, hi=65536),
     )
 

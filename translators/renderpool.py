@@ -109,7 +109,7 @@ class _Worker:
         self.grace = grace
         #: Template name → line map, per environment key, as the worker compiled them.
         self.compiled: dict[str, dict[str, str]] = {}
-        #: The worker asked to be replaced (it hit its memory limit).
+        #: The worker asked to be replaced (it hit its memory limit, or kept half of it).
         self.retire = False
         #: Peak RSS (KiB) the worker reported or had when killed, for logs and benchmarks.
         self.peak_kib = 0
@@ -207,6 +207,7 @@ class _Worker:
             elif kind == "compiled":
                 self.compiled.setdefault(env.key, {})[message[1]] = message[2]
             elif kind == "ok":
+                self.retire = message[2]
                 return message[1]
             elif kind == "error":
                 detail, template, line, field, retire, peak = message[1:]
@@ -311,7 +312,7 @@ class RenderPool:
     """
 
     def __init__(
-        self, *, workers: int = 2, max_memory: int = 256 * 2**20, grace: float = 0.5
+        self, *, workers: int = 2, max_memory: int = 160 * 2**20, grace: float = 0.5
     ) -> None:
         if workers < 1:
             raise ValueError("a render pool needs at least one worker")
@@ -435,7 +436,11 @@ class RenderPool:
                 error = worker.died(env, template)
                 self._retired(worker, "died")
                 raise error from None
-            healthy = True
+            healthy = not worker.retire
+            if worker.retire:
+                log.info(
+                    "render worker %d holds more than half its memory; replacing it", worker.pid
+                )
             return result
         finally:
             self._release(worker, healthy=healthy)

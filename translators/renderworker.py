@@ -9,8 +9,9 @@ pickles on stdin and answers on stdout:
   (text, then ``parse_in``) or ``check`` (``check_in``).  Answers ``("need", key)`` when it
   does not hold that environment, then, for each template it compiles while running,
   ``("compiled", name, debug_info)`` — sent *before* the template runs, so the parent can
-  name the line of a render it has to kill — and finally ``("ok", value)`` or
-  ``("error", detail, template, line, field, retire, peak_kib)``.
+  name the line of a render it has to kill — and finally ``("ok", value, retire)`` or
+  ``("error", detail, template, line, field, retire, peak_kib)``; ``retire`` asks the agent to
+  replace the worker (it hit its memory limit, or holds more than half of it after a render).
 
 Renders run on its main thread, their deadline kept by ``SIGALRM`` (``sandbox.use_alarm``).
 Limits of its own: ``RLIMIT_AS`` at its size after imports plus ``MAX_MEMORY`` (and room for
@@ -68,6 +69,15 @@ def _reset_peak() -> None:
         pass
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss() -> int:
+    """Resident bytes now (``/proc/self/statm``: one short read)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
 def _peak_kib() -> int:
     with open("/proc/self/status") as f:
         for text in f:
@@ -106,6 +116,8 @@ def main(argv: list[str]) -> int:
     limit = _vm_size() + max_memory + _STACKS
     if hard == resource.RLIM_INFINITY or limit < hard:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+    start_rss = _rss()
 
     def send(message: Any) -> None:
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -171,7 +183,9 @@ def main(argv: list[str]) -> int:
             detail = f"render worker: {type(exc).__name__}: {exc}"
             send(("error", detail, name, None, "", False, 0))
             continue
-        send(("ok", value))
+        # Memory a render freed may stay with the process: a worker that kept more than half
+        # its allowance is replaced, so a later render is not refused for an earlier one's.
+        send(("ok", value, _rss() - start_rss > max_memory // 2))
 
 
 if __name__ == "__main__":

@@ -163,6 +163,25 @@ def test_renders_waiting_for_a_worker_leave_the_default_executor_free(pool: Rend
     renderer.close()
 
 
+def test_a_worker_that_keeps_half_its_memory_is_replaced_after_a_good_render() -> None:
+    """A 4 MB template stays compiled in its worker: the render succeeds, then the worker is
+    replaced so a later render is not refused for memory an earlier one left behind."""
+    pool = RenderPool(workers=1, max_memory=32 * 2**20)
+    try:
+        renderer = Renderer(
+            overlay={"t/big.j2": "{% set x = 1 %}" + "y" * 4_000_000, "t/small.j2": "ok"},
+            pool=pool,
+        )
+        assert renderer.render_text("t/small.j2", {}) == "ok"
+        assert renderer.render_text("t/small.j2", {}) == "ok"
+        assert pool.replaced == 0
+        assert len(renderer.render_text("t/big.j2", {})) == 4_000_000
+        assert pool.replaced == 1
+        assert renderer.render_text("t/small.j2", {}) == "ok"
+    finally:
+        pool.close()
+
+
 def test_overlay_changes_and_trials_reach_the_workers(pool: RenderPool) -> None:
     renderer = Renderer(overlay={"t/x.j2": "v1"}, pool=pool)
     assert renderer.render_text("t/x.j2", {}) == "v1"
