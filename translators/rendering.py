@@ -12,6 +12,12 @@ undefined variable, runtime error in an included/extended template, sandbox viol
 ``RenderLimits`` bound, unparsable output, schema violation — raises ``TranslationError`` with
 the real template name and line (and ``field`` for schema errors).
 
+**Where a render runs**: with a ``pool`` (``translators.renderpool``, what the agent and
+``vkgate render`` use), in a worker process with hard memory and CPU limits — the text is
+rendered and parsed there, validated here; without one, here in a watchdog thread.  Both run
+the same functions (``render_text_in``, ``parse_in``, ``check_in``) on the same environment
+(``make_env``), so results and errors are the same (docs/design/template-safety.md).
+
 **Sources**, first match wins: the *overlay* (templates pushed at run time, e.g. from
 ConfigMaps, via ``set_overlay``), the ``extra_dirs`` from config, the packaged ``templates/``.
 ``trial(overlay)`` renders against a candidate overlay without touching the live one, which is

@@ -224,3 +224,12 @@ def test_plots_keep_the_creates_of_a_round_whose_deletes_timed_out() -> None:
     ]
     assert plots.series(rows, "running_wall", 1.0) == {"slow": [(10, 5.0)]}
     assert plots.series(rows, "cpu_per_pod_ms", 1.0) == {}
+
+
+def test_render_isolation_bench_runs_every_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import render_isolation
+
+    assert render_isolation.main(["--pods", "4", "--rounds", "1", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    for label in ("in the agent (`render_workers = 0`)", "1 worker", "2 workers"):
+        assert label in out
