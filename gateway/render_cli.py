@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -48,8 +49,12 @@ from vkgate_core.settings import SettingsError
 def renderer_for(
     settings: cfg.Settings, *, extra_dirs: list[str] | None = None, kinds: list[str]
 ) -> Renderer:
-    """A renderer configured like the agent's, without the ConfigMap overlay."""
+    """A renderer configured like the agent's, without the ConfigMap overlay.  A render worker
+    killed for a stuck render is already in the one line the command prints: the pool's own
+    warning about it is not printed too."""
     from gateway.templates_source import renderer_from_settings
+
+    logging.getLogger("translators.renderpool").setLevel(logging.ERROR)
 
     return renderer_from_settings(settings.templates, extra_dirs=extra_dirs or [], kinds=kinds)
 

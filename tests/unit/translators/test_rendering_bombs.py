@@ -83,9 +83,23 @@ _MEASURED_CLI = (
 )
 
 
-@pytest.mark.parametrize("name", ["nomad/laughs.yaml.j2", "nomad/deep.j2", "nomad/deep.yaml.j2"])
+#: Through a render worker that has to be killed (tests/bombs/hash_tuples.j2).
+CLI_BOMBS = {
+    **BOMBS,
+    "nomad/hash.j2": (
+        "{% set ns = namespace(t=('x',)) %}\n"
+        "{% for i in range(40) %}{% set ns.t = (ns.t, ns.t) %}{% endfor %}\n"
+        "{{ {ns.t: 1}|length }}\n",
+        "nomad/hash.j2:3: limit: render time limit exceeded (2 s; the render worker was killed",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name", ["nomad/laughs.yaml.j2", "nomad/deep.j2", "nomad/deep.yaml.j2", "nomad/hash.j2"]
+)
 def test_vkgate_render_answers_a_bomb_with_one_line(tmp_path: Path, name: str) -> None:
-    source, message = BOMBS[name]
+    source, message = CLI_BOMBS[name]
     (tmp_path / "nomad").mkdir()
     (tmp_path / name).write_text(source)
     (tmp_path / "pod.yaml").write_text(POD)
