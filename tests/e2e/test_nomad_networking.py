@@ -373,3 +373,75 @@ def test_host_mode_ports_are_static_and_a_taken_port_stays_pending_with_nomads_r
         )
     finally:
         kubectl("delete", "pod", first, second, other, "--wait=false", check=False)
+
+
+def test_a_services_endpoint_follows_the_pods_readiness_probe(
+    start_cluster_gateway: Any, nomad_cluster: NomadCluster, cluster_kubectl: Kubectl
+) -> None:
+    """Host mode on raw_exec: the pod serves on podIP:port from the start, but its
+    readinessProbe (exec: a file exists) decides whether the Service's EndpointSlice lists it
+    ready — created, removed and created again through ``kubectl exec``."""
+    gw = start_cluster_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {**nomad_cluster.backend_settings(), "template": "nomad/raw_exec.j2"},
+            }
+        }
+    )
+    tag = uuid.uuid4().hex[:5]
+    name, svc, port = f"probed-{tag}", f"probed-svc-{tag}", 18000 + int(tag[:3], 16) % 1000
+    flag = f"/tmp/vkgate-ready-{tag}"  # raw_exec: the client's filesystem
+    # raw_exec runs the host's busybox, bound to the pod's (the client's) address
+    serve = (
+        'mkdir -p www && echo "hello from $POD" > www/index.html && '
+        f"exec /bin/busybox httpd -f -p $MY_IP:{port} -h www"
+    )
+    container = {
+        "name": "web",
+        "command": ["/bin/sh", "-c", serve],
+        "ports": [{"containerPort": port}],
+        "env": [{"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "readinessProbe": {
+            "exec": {"command": ["/bin/sh", "-c", f"test -f {flag}"]},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+        },
+    }
+    kubectl = cluster_kubectl
+    kubectl("apply", "-f", "-", input=pod_doc(name, gw.node_name, [container], labels={"app": svc}))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": svc, "namespace": "default"},
+                "spec": {"selector": {"app": svc}, "ports": [{"port": port, "targetPort": port}]},
+            }
+        ),
+    )
+    try:
+        st = wait_until(f"{name} Running", lambda: running_with_ip(kubectl, name), timeout=90)
+        ip = st["podIP"]
+        wait_until(f"{ip}:{port} answers", lambda: answers(f"http://{ip}:{port}/"), timeout=30)
+
+        def endpoint(want_ready: bool) -> dict[str, Any] | None:
+            for e in endpoints(kubectl, svc):
+                if ip in e["addresses"] and bool(e["conditions"].get("ready")) is want_ready:
+                    return e
+            return None
+
+        # serving, but the probe fails: listed, not ready
+        wait_until("endpoint listed not ready", lambda: endpoint(False), timeout=60)
+        assert not ready(status(kubectl, name))
+        for want in (True, False, True):
+            op = "touch" if want else "rm -f"
+            kubectl("exec", name, "--", "/bin/sh", "-c", f"{op} {flag}")
+            wait_until(f"endpoint ready={want}", lambda w=want: endpoint(w), timeout=30)
+            assert ready(status(kubectl, name)) is want
+    finally:
+        kubectl("delete", "service", svc, "--wait=false", check=False)
+        kubectl("delete", "pod", name, "--wait=false", check=False)
