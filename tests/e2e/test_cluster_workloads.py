@@ -570,12 +570,24 @@ def test_kubectl_debug_on_a_nomad_pod_says_why_the_ephemeral_container_does_not_
     assert done["reason"] == "UnsupportedPodFeature" and done["exitCode"] == 128
     assert done["message"].startswith("spec.ephemeralContainers[debugger]: ")
     assert "nomad backend" in done["message"]
-    events = json.loads(
-        cluster_kubectl(
-            "get", "events", "-n", ns, "--field-selector", "involvedObject.name=web", "-o", "json"
-        ).stdout
-    )["items"]
-    (ev,) = [e for e in events if e["reason"] == "UnsupportedPodFeature"]
+
+    def refusals() -> list[dict[str, Any]]:
+        events = json.loads(
+            cluster_kubectl(
+                "get",
+                "events",
+                "-n",
+                ns,
+                "--field-selector",
+                "involvedObject.name=web",
+                "-o",
+                "json",
+            ).stdout
+        )["items"]
+        return [e for e in events if e["reason"] == "UnsupportedPodFeature"]
+
+    # Events trail status writes (the sender holds them back while pod work is due)
+    (ev,) = wait_until("the UnsupportedPodFeature Event", refusals, timeout=30)
     assert ev["type"] == "Warning" and ev["message"] == done["message"]
     describe = cluster_kubectl("describe", "pod", "web", "-n", ns).stdout
     assert "Ephemeral Containers:" in describe and "UnsupportedPodFeature" in describe
