@@ -5,7 +5,7 @@ node name (return once it is ready to receive pods), stop it, tell its pid (for 
 from ``/proc``) and, if it can, report its own API write counters.  Two implementations here
 (the Go ones, ``go-vk-lib``, ``go-vk-binary`` and ``go-floor``, are in ``bench.go_agents``):
 
-* ``VkgateAgent`` — ``vkgate run`` as a child process (``gateway.devstack.agent``), simulated
+* ``VkgateAgent`` — ``vkgate run`` as a child process (``devstack.agent``), simulated
   backend, writes read from its own ``/metrics`` (``vkgate_api_writes_total``);
 * ``IdealKubeletAgent`` — ``bench.ideal_kubelet``, the baseline (one status PATCH and one
   final DELETE per pod), exposing the same metric.
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.report import REPO
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import ControlPlane
-from gateway.devstack.process import Proc, free_port, wait_for
+from devstack.agent import GatewayProcess
+from devstack.controlplane import ControlPlane
+from devstack.process import Proc, free_port, wait_for
 
 Writes = Counter[tuple[str, str]]
 _WRITE_LINE = re.compile(r"^vkgate_api_writes_total\{([^}]*)\} (\S+)$")

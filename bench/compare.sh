@@ -7,7 +7,7 @@ set -uo pipefail  # a run that reports errors (e.g. a timed-out agent) does not 
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-/tmp/vkgate-bench}
 mkdir -p "$OUT"
-run() { "$PY" -m gateway.devstack.netns -- "$PY" -m bench.pods_burst "$@"; }
+run() { "$PY" -m devstack.netns -- "$PY" -m bench.pods_burst "$@"; }
 LIFTED=(--set kube.qps=1000 --set kube.burst=2000 --set kube.event_qps=1000 --set kube.event_burst=2000)
 
 # Limits lifted: vkgate against the Go virtual-kubelet library and the client-go floor.

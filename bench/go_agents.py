@@ -1,8 +1,8 @@
 """The Go agents of the burst benchmark: the virtual-kubelet library, the upstream command and a
 raw client-go floor.
 
-All three are built from one pinned module, ``gateway/devstack/gomod/vkbench``
-(``python -m gateway.devstack.build vkbench virtual-kubelet``), like every other binary of the
+All three are built from one pinned module, ``vkbench``
+(``python -m devstack.build vkbench virtual-kubelet``), like every other binary of the
 dev stack; docs/design/control-plane.md, "Go virtual-kubelet", has the facts from the source.
 
 * ``GoVkLibAgent`` (``go-vk-lib``): ``vkbench -mode vk-lib``, the virtual-kubelet v1.13 library
@@ -13,7 +13,7 @@ dev stack; docs/design/control-plane.md, "Go virtual-kubelet", has the facts fro
   with client-go (one status PATCH and one final DELETE per pod, no Node, Lease or Events);
 * ``GoVkBinaryAgent`` (``go-vk-binary``): the upstream ``virtual-kubelet`` command with its mock
   provider, every setting at its default.  It listens on all interfaces, so it runs only inside
-  the network namespace of ``python -m gateway.devstack.netns``; it cannot count its own writes
+  the network namespace of ``python -m devstack.netns``; it cannot count its own writes
   (``api_writes`` is None, the harness uses the API server's counters).
 
 The two ``vkbench`` modes expose ``vkgate_api_writes_total`` on a loopback ``/metrics``, counted
@@ -29,10 +29,10 @@ import os
 from pathlib import Path
 
 from bench.agents import ChildAgent, ScrapedAgent, Writes, wait_healthz
-from gateway.devstack import build, netns
-from gateway.devstack.components import VK_VERSION
-from gateway.devstack.controlplane import ControlPlane
-from gateway.devstack.process import Proc, free_port, wait_for
+from devstack import build, netns
+from devstack.components import VK_VERSION
+from devstack.controlplane import ControlPlane
+from devstack.process import Proc, free_port, wait_for
 
 #: The upstream command's client: ``nodeutil.ClientsetFromEnv`` leaves ``rest.Config.QPS`` and
 #: ``Burst`` at zero, so client-go's defaults apply (docs/design/control-plane.md).
@@ -142,7 +142,7 @@ class GoVkBinaryAgent(ChildAgent):
         if not netns.isolated():
             raise RuntimeError(
                 "go-vk-binary listens on all interfaces (its address is not settable): run the "
-                "benchmark inside a network namespace, `python -m gateway.devstack.netns -- "
+                "benchmark inside a network namespace, `python -m devstack.netns -- "
                 "python -m bench.pods_burst ...`"
             )
         config = self.workdir / f"{node_name}.mock.json"

@@ -1,7 +1,7 @@
 """Client CPU per request to a real kube-apiserver: the kube client's lean HTTP/1.1 path
 against the same client on httpx, and aiohttp as a third opinion.
 
-Run: ``python -m gateway.devstack.netns -- python -m bench.http_path [--requests 2000]``.
+Run: ``python -m devstack.netns -- python -m bench.http_path [--requests 2000]``.
 
 Each client sends ``--requests`` merge PATCHes of one ConfigMap, ``--concurrency`` in flight,
 in ``--rounds`` alternating rounds; the figure is this process's CPU time (``process_time``)
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
 
-from gateway.devstack.controlplane import launch_control_plane
+from devstack.controlplane import launch_control_plane
 from gateway.kube.client import KubeClient
 
 PATH = "/api/v1/namespaces/default/configmaps/bench-http-path"

@@ -1,8 +1,8 @@
 """Memory of one ``vkgate run`` serving 1, 2, 4 and 8 idle virtual nodes (``[[nodes]]``).
 
 What a node costs when one process serves several (docs/design/multinode.md): a real etcd +
-kube-apiserver on 127.0.0.1 (``gateway.devstack.controlplane``), then for each node count a
-fresh ``vkgate run`` (``gateway.devstack.agent.GatewayProcess``) with that many simulated
+kube-apiserver on 127.0.0.1 (``devstack.controlplane``), then for each node count a
+fresh ``vkgate run`` (``devstack.agent.GatewayProcess``) with that many simulated
 nodes — each its own Node, Lease, leader Lease, pod watch, kubelet port and serving
 certificate — started, left idle for ``--settle`` seconds, sampled from ``/proc`` and stopped.
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procstat, report
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import ControlPlane
+from devstack.agent import GatewayProcess
+from devstack.controlplane import ControlPlane
 
 MAX_NODES = 32
 

@@ -2,7 +2,7 @@
 
 Run: ``python -m bench.pods_burst [--pods 200] [--rounds 1] [--write-docs]``.
 
-One etcd + kube-apiserver (``gateway.devstack.controlplane``, loopback only) serves every agent
+One etcd + kube-apiserver (``devstack.controlplane``, loopback only) serves every agent
 in turn.  For each agent (``bench.agents``): start it for a fresh node name, let it settle,
 then the harness
 
@@ -52,7 +52,7 @@ from bench import procstat, report
 from bench import profile as bench_profile
 from bench.agents import Agent, IdealKubeletAgent, VkgateAgent, Writes
 from bench.go_agents import GO_BURST, GO_QPS, GoFloorAgent, GoVkBinaryAgent, GoVkLibAgent
-from gateway.devstack.controlplane import ControlPlane
+from devstack.controlplane import ControlPlane
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, Gone, NotFound
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.devstack.controlplane import ControlPlane
+    from devstack.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
@@ -103,7 +103,7 @@ def binary_version(path: Path) -> str:
 @contextlib.contextmanager
 def control_plane_session() -> Iterator[tuple[ControlPlane, Path]]:
     """A real etcd + kube-apiserver on 127.0.0.1 and a scratch directory; both go at the end."""
-    from gateway.devstack.controlplane import launch_control_plane
+    from devstack.controlplane import launch_control_plane
 
     workdir = Path(tempfile.mkdtemp(prefix="vkgate-bench-"))
     try:
@@ -117,8 +117,8 @@ def control_plane_session() -> Iterator[tuple[ControlPlane, Path]]:
 
 
 def binary_versions(*names: str) -> str:
-    """``name version`` of each devstack binary (``gateway.devstack.build``), comma-separated."""
-    from gateway.devstack import build
+    """``name version`` of each devstack binary (``devstack.build``), comma-separated."""
+    from devstack import build
 
     return ", ".join(f"{name} {binary_version(build.binary_path(name))}" for name in names)
 

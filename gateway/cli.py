@@ -14,8 +14,11 @@ import the kubelet server and ``vkgate render`` works offline:
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gateway import config as cfg
@@ -97,9 +100,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
-    from gateway.devstack.dev import main as dev_main
-
+    """The one seam between the agent and the dev stack (docs/design/devstack.md): the dev
+    stack is a package of the source checkout, not of the agent, so it is imported here, by
+    name, only when ``vkgate dev`` runs."""
+    dev_main = _load_devstack_main()
+    if dev_main is None:
+        print(
+            "vkgate: `vkgate dev` runs from a source checkout of vkgate (the devstack/ package "
+            "is not part of the installed agent): clone the repository and run "
+            "`pip install -e .` there (README.md)",
+            file=sys.stderr,
+        )
+        return 2
     return dev_main(args)
+
+
+def _load_devstack_main() -> Callable[[argparse.Namespace], int] | None:
+    # An editable install maps only the agent's packages; devstack/ sits beside them in the
+    # checkout the gateway package was installed from.
+    if importlib.util.find_spec("devstack") is None:
+        checkout = Path(__file__).resolve().parents[1]
+        if not (checkout / "devstack" / "dev.py").is_file():
+            return None
+        sys.path.append(str(checkout))
+    main: Callable[[argparse.Namespace], int] = importlib.import_module("devstack.dev").main
+    return main
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

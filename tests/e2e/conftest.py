@@ -8,7 +8,7 @@ unless ``CI=true``, where a missing tier is a failure, never a silent skip.
 Session scope for the expensive servers (the API server takes seconds to become ready), function
 scope for gateways, which tests start, restart and kill.
 
-Binaries: ``tox -e e2e`` builds them before pytest starts (``python -m gateway.devstack.build``),
+Binaries: ``tox -e e2e`` builds them before pytest starts (``python -m devstack.build``),
 outside pytest-timeout's budget.  Run directly, the fixtures build a missing binary on demand
 when Go is installed — a cold kube-apiserver build takes longer than the default test timeout,
 so build first or pass ``--timeout=0``.
@@ -28,13 +28,13 @@ from typing import Any, NoReturn
 import pytest
 from waiting import wait_until
 
-from gateway.devstack import netns
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import ControlPlane, launch_control_plane
-from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image, make_pause_image
-from gateway.devstack.nomad_cluster import NomadCluster, launch_nomad_cluster
-from gateway.devstack.process import BinaryUnavailable, DevstackError
-from gateway.devstack.tools import find_kubectl
+from devstack import netns
+from devstack.agent import GatewayProcess
+from devstack.controlplane import ControlPlane, launch_control_plane
+from devstack.docker import Dockerd, launch_dockerd, make_busybox_image, make_pause_image
+from devstack.nomad_cluster import NomadCluster, launch_nomad_cluster
+from devstack.process import BinaryUnavailable, DevstackError
+from devstack.tools import find_kubectl
 
 __all__ = ["make_kubectl", "unavailable", "wait_until"]
 
@@ -108,11 +108,11 @@ def make_kubectl(cp: ControlPlane, kubectl_path: Path) -> Kubectl:
 def routable_ips() -> tuple[str, ...]:
     """Non-loopback documentation addresses (198.51.100.x) on ``lo`` of the e2e network
     namespace, for a node the API server will proxy to (it refuses loopback node addresses).
-    Only inside the namespace ``gateway.devstack.netns`` made: never on the host."""
+    Only inside the namespace ``devstack.netns`` made: never on the host."""
     if not netns.isolated():
         unavailable(
             "a routable node address needs the e2e network namespace "
-            "(run as root through `python -m gateway.devstack.netns`)"
+            "(run as root through `python -m devstack.netns`)"
         )
     for ip in netns.ROUTABLE_NODE_IPS:
         netns.add_loopback_address(ip)
@@ -251,7 +251,7 @@ def start_gateway(
 ) -> Iterator[StartGateway]:
     """Factory: ``start_gateway(settings=None, *, node_name=None) -> GatewayProcess`` (started).
 
-    Settings are merged over the defaults of ``gateway.devstack.agent.default_settings``.
+    Settings are merged over the defaults of ``devstack.agent.default_settings``.
     Every gateway started here is stopped at teardown (SIGTERM, SIGKILL after a timeout) and
     its log is printed, so a failing test shows what the agent said.
     """

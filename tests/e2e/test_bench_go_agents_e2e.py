@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from conftest import unavailable
 
-from gateway.devstack import build, netns
-from gateway.devstack.controlplane import ControlPlane
+from devstack import build, netns
+from devstack.controlplane import ControlPlane
 from gateway.kube.client import KubeClient
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import ControlPlane
+from devstack.agent import GatewayProcess
+from devstack.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

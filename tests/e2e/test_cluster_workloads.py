@@ -1,6 +1,6 @@
 """Every workload kind a cluster runs, on the whole local cluster (``cluster`` fixture).
 
-kube-controller-manager runs its default controller set here (gateway/devstack/addons.py,
+kube-controller-manager runs its default controller set here (devstack/addons.py,
 ``CONTROLLERS``), so what a user's cluster does happens here too:
 
 * StatefulSet, ResourceQuota and the PersistentVolume binder act without any node;
@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import ControlPlane
+from devstack.agent import GatewayProcess
+from devstack.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from conftest import make_kubectl, unavailable
 
-from gateway.devstack.controlplane import launch_control_plane
-from gateway.devstack.process import BinaryUnavailable
+from devstack.controlplane import launch_control_plane
+from devstack.process import BinaryUnavailable
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 OVERLAYS = ["overlays/single-node", "overlays/multi-node", "overlays/ha"]
@@ -104,7 +104,7 @@ def test_base_then_every_overlay_applies(kubectl: Any, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    from gateway.devstack.build import BuildError, ensure
+    from devstack.build import BuildError, ensure
 
     try:
         return ensure("helm")

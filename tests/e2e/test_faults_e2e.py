@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import launch_control_plane
-from gateway.devstack.nomad import NomadAgent, launch_nomad
+from devstack.agent import GatewayProcess
+from devstack.controlplane import launch_control_plane
+from devstack.nomad import NomadAgent, launch_nomad
 
 pytestmark = pytest.mark.e2e
 

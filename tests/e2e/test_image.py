@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from conftest import unavailable, wait_until
 
+from devstack import image
+from devstack.process import BinaryUnavailable, free_port
 from gateway.config import to_toml
-from gateway.devstack import image
-from gateway.devstack.process import BinaryUnavailable, free_port
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -47,6 +47,23 @@ def test_the_image_runs_the_gateway_in_cluster_as_the_service_account(
     assert config["Entrypoint"] == ["vkgate"] and config["Cmd"][0] == "run"
     assert config["Labels"]["org.opencontainers.image.title"] == "vkgate"
     assert config["Labels"]["org.opencontainers.image.base.name"].startswith("vkgate-base:")
+    print(f"vkgate image size: {meta['Size'] / 1e6:.1f} MB")
+
+    # The dev stack is not part of the agent (docs/design/devstack.md): not importable, no Go
+    # build modules anywhere in the image, and `vkgate dev` says to use a source checkout.
+    probe = dockerd.docker(
+        "run", "--rm", "--network=none", "--entrypoint", "/opt/vkgate/bin/python", vkgate_image,
+        "-c",
+        "import importlib.util, os, subprocess; "
+        "dev = subprocess.run(['/opt/vkgate/bin/vkgate', 'dev', '--no-wait'], capture_output=True); "
+        "print(importlib.util.find_spec('gateway') is not None, "
+        "importlib.util.find_spec('devstack') is not None, "
+        "sum(f in ('go.mod', 'go.sum') or f.endswith('.go') "
+        "for _, _, fs in os.walk('/opt/vkgate') for f in fs), "
+        "dev.returncode, b'source checkout' in dev.stderr)",
+        timeout=300,
+    )  # fmt: skip
+    assert probe.stdout.decode().split() == ["True", "False", "0", "2", "True"], probe
 
     node = f"vk-img-{uuid.uuid4().hex[:6]}"
     sa = tmp_path / "sa"

@@ -45,7 +45,7 @@ from podjson import pod_json
 from ttyexec import exec_it
 from waiting import wait_until
 
-from gateway.devstack.agent import GatewayProcess
+from devstack.agent import GatewayProcess
 
 pytestmark = pytest.mark.e2e
 

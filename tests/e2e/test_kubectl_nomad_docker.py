@@ -1,7 +1,7 @@
 """The default template for real: Nomad's docker driver, seen through kubectl.
 
 real kubectl → kube-apiserver → vkgate (``templates/nomad/job.j2``, the default) → a Nomad dev
-agent whose docker driver talks to a private dockerd (``gateway.devstack.docker``) holding
+agent whose docker driver talks to a private dockerd (``devstack.docker``) holding
 ``busybox:1.36`` imported from Debian's static busybox.  Nothing is pulled from anywhere: the
 "missing image" names a registry on a closed loopback port.
 
@@ -24,8 +24,8 @@ from podjson import pod_json
 from ttyexec import exec_it
 from waiting import wait_until
 
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.docker import IMAGE_GREETING
+from devstack.agent import GatewayProcess
+from devstack.docker import IMAGE_GREETING
 
 pytestmark = pytest.mark.e2e
 

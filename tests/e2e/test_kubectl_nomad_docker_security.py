@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from gateway.devstack.agent import GatewayProcess
+from devstack.agent import GatewayProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -39,7 +39,7 @@ import pytest
 from podjson import pod_json
 from waiting import wait_until
 
-from gateway.devstack.agent import GatewayProcess
+from devstack.agent import GatewayProcess
 
 pytestmark = pytest.mark.e2e
 

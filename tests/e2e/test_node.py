@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.devstack.agent import run_cli
+from devstack.agent import run_cli
 
 SEMVER = r"^v\d+\.\d+\.\d+-vkgate(\.[0-9A-Za-z-]+)+$"
 

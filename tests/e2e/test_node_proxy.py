@@ -3,7 +3,7 @@
 kube-apiserver refuses to proxy to a loopback node address ("address not allowed"), so these
 run the node on a documentation address (198.51.100.x) put on ``lo`` inside the e2e network
 namespace (``routable_ips``).  The gateway listens there and its serving certificate names it
-(``gateway.devstack.agent.serving_ips``), so the API server's verified TLS connection works.
+(``devstack.agent.serving_ips``), so the API server's verified TLS connection works.
 """
 
 from __future__ import annotations

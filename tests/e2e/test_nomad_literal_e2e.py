@@ -23,7 +23,7 @@ import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.devstack.nomad import NomadAgent
+from devstack.nomad import NomadAgent
 from translators.base import (
     EnvVar,
     LogOptions,

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from conftest import Kubectl, unavailable, wait_until
 
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.nomad_cluster import (
+from devstack.agent import GatewayProcess
+from devstack.nomad_cluster import (
     BRIDGE_SUBNETS,
     CNI_NETWORK,
     CNI_SUBNETS,

@@ -18,7 +18,7 @@ from typing import Any
 
 from conftest import wait_until
 
-from gateway.devstack.nomad_cluster import POLICY_FILE, NomadCluster, apply_policy
+from devstack.nomad_cluster import POLICY_FILE, NomadCluster, apply_policy
 from translators.quantity import cpu_millis, parse_quantity
 
 
@@ -288,7 +288,7 @@ def _node_ready(cp: Any, node: str) -> dict[str, Any] | None:
 def test_a_wrong_ca_is_one_line_and_the_node_not_ready(
     start_gateway: Any, control_plane: Any, nomad_cluster: NomadCluster, tmp_path: Any
 ) -> None:
-    from gateway.devstack.certs import new_ca
+    from devstack.certs import new_ca
 
     other = new_ca(tmp_path, "other-ca", "not the nomad CA").files.cert
     gw = _gateway(start_gateway, nomad_cluster, ca_cert=str(other))

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from nomadfree import free_for
 
-from gateway.devstack.components import NOMAD_VERSION
-from gateway.devstack.nomad_cluster import NomadCluster as NomadAgent
+from devstack.components import NOMAD_VERSION
+from devstack.nomad_cluster import NomadCluster as NomadAgent
 from translators.base import (
     EnvVar,
     LogOptions,

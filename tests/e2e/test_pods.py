@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gateway.devstack.agent import GatewayProcess
+from devstack.agent import GatewayProcess
 
 COND_TYPES = [
     "PodScheduled",

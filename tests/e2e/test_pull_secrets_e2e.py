@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gateway.devstack.agent import GatewayProcess
+from devstack.agent import GatewayProcess
 
 pytestmark = pytest.mark.e2e
 

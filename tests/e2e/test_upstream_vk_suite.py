@@ -1,6 +1,6 @@
 """The upstream virtual-kubelet e2e suite (v1.14.1, package ``test/e2e``) against vkgate.
 
-The suite is compiled from its pinned Go module (gateway/devstack/gomod/vk-e2e) into a test
+The suite is compiled from its pinned Go module (devstack/gomod/vk-e2e) into a test
 binary and run unmodified: 9 tests — env refs to missing ConfigMaps/Secrets (optional and
 mandatory), ``/pods`` and ``/runningpods/`` through the node proxy, ``/stats/summary`` and
 ``/metrics/resource`` through the pod proxy, graceful and force delete.  How it reaches the node
@@ -39,9 +39,9 @@ from typing import Any
 
 import pytest
 
-from gateway.devstack import build
-from gateway.devstack.controlplane import ControlPlane
-from gateway.devstack.process import BinaryUnavailable
+from devstack import build
+from devstack.controlplane import ControlPlane
+from devstack.process import BinaryUnavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +70,7 @@ def suite_binary() -> Path:
     and without Go the whole tier skips before getting here: see conftest)."""
     path = build.binary_path("vk-e2e")
     if not path.exists():
-        raise BinaryUnavailable(f"{path} is not built (python -m gateway.devstack.build vk-e2e)")
+        raise BinaryUnavailable(f"{path} is not built (python -m devstack.build vk-e2e)")
     return path
 
 

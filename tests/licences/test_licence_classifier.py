@@ -362,7 +362,7 @@ def test_go_exception_is_by_exact_version_and_never_covers_busl(tmp_path: Path) 
 
 
 def test_go_list_command_is_readonly_with_tags_and_test() -> None:
-    from gateway.devstack.components import nomad, vk_e2e
+    from devstack.components import nomad, vk_e2e
 
     n = nomad()
     cmd = golang.list_command(n, n.binaries[0].package, test=False)

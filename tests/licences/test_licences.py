@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from gateway.devstack.components import NOMAD_FIRST_BUSL, binaries, nomad
+from devstack.components import NOMAD_FIRST_BUSL, binaries, nomad
 from tools.licences import golang, python, report
 from tools.licences.__main__ import documented_python, go_components
 from tools.licences.model import Component

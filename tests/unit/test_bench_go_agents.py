@@ -1,7 +1,7 @@
 """The burst benchmark's Go agents (bench/go_agents.py): selectable, honest about their limits,
 and the upstream command refuses to run where it would listen on the host's interfaces.
 
-No servers here: the agents run for real in ``python -m gateway.devstack.netns -- python -m
+No servers here: the agents run for real in ``python -m devstack.netns -- python -m
 bench.pods_burst --agents ideal-kubelet,go-floor,go-vk-lib,go-vk-binary`` (bench/README.md).
 """
 
@@ -18,8 +18,8 @@ if str(REPO) not in sys.path:
     sys.path.append(str(REPO))  # bench/ is not an installed package
 
 from bench import go_agents, pods_burst  # noqa: E402
-from gateway.devstack import netns  # noqa: E402
-from gateway.devstack.controlplane import ControlPlane  # noqa: E402
+from devstack import netns  # noqa: E402
+from devstack.controlplane import ControlPlane  # noqa: E402
 
 CP = cast(ControlPlane, object())  # the constructors only keep it for start()
 

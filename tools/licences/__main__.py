@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.devstack.components import binaries
+from devstack.components import binaries
 from tools.licences import golang, python, report
 from tools.licences.model import Component
 

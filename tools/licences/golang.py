@@ -1,6 +1,6 @@
 """The Go side of the licence check: every module linked into a binary the project builds.
 
-For each pinned build module (``gateway/devstack/gomod/<name>/``, components.py) and each of its
+For each pinned build module (``devstack/gomod/<name>/``, components.py) and each of its
 binaries, ``go list -deps`` (``-test`` for a test binary) with the module's build tags lists the
 packages the binary links, and so the modules they come from, resolved by the committed go.mod
 and go.sum under ``-mod=readonly`` in a scratch copy of the folder, with the builder's
@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.devstack.build import go_env
-from gateway.devstack.components import NOMAD_FIRST_BUSL, Module, modules
+from devstack.build import go_env
+from devstack.components import NOMAD_FIRST_BUSL, Module, modules
 from tools.licences import spdx
 from tools.licences.model import Component, LicenceFile
 from tools.licences.texts import classify_text

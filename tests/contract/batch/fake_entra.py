@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from gateway.devstack import certs
+from devstack import certs
 
 
 class EntraTokenServer:

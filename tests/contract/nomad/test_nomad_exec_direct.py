@@ -26,7 +26,7 @@ from nomad_fixtures import NODE, captured
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.frames import CloseCode
 
-from gateway.devstack.certs import issue, new_ca
+from devstack.certs import issue, new_ca
 from translators.base import BackendAuthError, PodRef, TranslatorContext
 from translators.nomad import NomadTranslator
 from translators.nomad import exec as nomad_exec

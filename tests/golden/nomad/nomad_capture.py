@@ -3,12 +3,12 @@
 Run from the repository root, as root (the docker states need a private dockerd), inside a
 private network namespace so nothing leaves loopback::
 
-    .venv/bin/python -m gateway.devstack.netns -- \\
+    .venv/bin/python -m devstack.netns -- \\
         .venv/bin/python -m tests.golden.nomad.nomad_capture [--only NAME,...] [--no-docker]
 
-What it starts: one dev agent from the pinned build (``gateway.devstack.nomad.launch_nomad``,
+What it starts: one dev agent from the pinned build (``devstack.nomad.launch_nomad``,
 raw_exec enabled) with the docker driver pointed at a private dockerd
-(``gateway.devstack.docker``: ``launch_dockerd`` + ``make_busybox_image``; ``--no-docker``
+(``devstack.docker``: ``launch_dockerd`` + ``make_busybox_image``; ``--no-docker``
 or no dockerd skips the docker cases).
 
 What it writes (existing files are overwritten; review with ``git diff``):
@@ -63,9 +63,9 @@ import httpx
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from gateway.devstack.docker import Dockerd, launch_dockerd, make_busybox_image
-from gateway.devstack.nomad import NomadAgent, launch_nomad
-from gateway.devstack.process import BinaryUnavailable
+from devstack.docker import Dockerd, launch_dockerd, make_busybox_image
+from devstack.nomad import NomadAgent, launch_nomad
+from devstack.process import BinaryUnavailable
 from gateway.offline import parse_inputs, resolve
 from translators.nomad import NomadTranslator
 from translators.nomad.capacity import HELD_FILTER, mhz_per_core

@@ -1,6 +1,6 @@
 """The pinned build modules: committed pins, exact versions, a builder that never resolves.
 
-These read the real module folders under gateway/devstack/gomod/ (no fakes of the pins) and run
+These read the real module folders under devstack/gomod/ (no fakes of the pins) and run
 the real builder against a stand-in ``go`` command on PATH, so the checks cannot pass on zero
 modules or on a builder that was patched away.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.devstack import build, components
+from devstack import build, components
 
 MODULES = components.modules()
 
@@ -245,9 +245,7 @@ def test_lock_wait_reports_progress_and_sigterm_says_what_it_stopped(
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        code = (
-            "from gateway.devstack import build; build.PROGRESS_EVERY = 0.5; build.ensure('etcd')"
-        )
+        code = "from devstack import build; build.PROGRESS_EVERY = 0.5; build.ensure('etcd')"
         waiter = subprocess.Popen(
             [sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=os.environ
         )

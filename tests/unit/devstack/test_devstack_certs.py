@@ -12,7 +12,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gateway.devstack.certs import Pki, write_kubeconfig
+from devstack.certs import Pki, write_kubeconfig
 
 
 @pytest.fixture(scope="module")

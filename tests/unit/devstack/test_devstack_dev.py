@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from devstack import dev
 from gateway.cli import build_parser
 from gateway.config import ConfigError
-from gateway.devstack import dev
 
 
 def test_sample_deployment_is_left_to_the_scheduler_and_selects_the_virtual_node() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from devstack import dev, devnet
+from devstack.process import DevstackError
 from gateway.cli import build_parser
-from gateway.devstack import dev, devnet
-from gateway.devstack.process import DevstackError
 
 ADDRS = {"lo": "127.0.0.1", "eth0": "10.1.2.3", "vkdev0": "198.51.100.30"}
 

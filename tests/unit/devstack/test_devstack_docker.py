@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.devstack import docker
-from gateway.devstack.nomad import _config
+from devstack import docker
+from devstack.nomad import _config
 
 
 def test_nomad_uses_the_private_dockerd_and_never_collects_the_test_image(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ import ipaddress
 import json
 from pathlib import Path
 
-from gateway.devstack import nomad_cluster as nc
-from gateway.devstack.certs import CertKey
-from gateway.devstack.docker import PAUSE_IMAGE
+from devstack import nomad_cluster as nc
+from devstack.certs import CertKey
+from devstack.docker import PAUSE_IMAGE
 
 
 def _config(tmp_path: Path, node: nc.NomadClientNode) -> dict[str, object]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.devstack.process import DevstackError, Proc, free_port, session_members, wait_for
+from devstack.process import DevstackError, Proc, free_port, session_members, wait_for
 
 
 def _gone(pid: int) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gateway.devstack.components import NOMAD_VERSION
+from devstack.components import NOMAD_VERSION
 from gateway.kubelet import attach, portforward
 from gateway.pods import features as admission
 from translators.base import Executor, LogOptions, LogReader, MetricsSource

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from devstack.certs import issue, new_ca
 from gateway import cli
-from gateway.devstack.certs import issue, new_ca
 from gateway.node.health import BackendHealth
 from tests.fake_time import FakeTime
 from translators.base import BackendAuthError, BackendUnavailable, TranslatorContext

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from devstack.controlplane import ControlPlane
+from devstack.process import DevstackError, Proc, free_port, wait_for
 from gateway.config import to_toml
-from gateway.devstack.controlplane import ControlPlane
-from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
 from vkgate_core.settings import merge_tables
 
 

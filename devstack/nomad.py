@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from gateway.devstack.controlplane import binary
-from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
+from devstack.controlplane import binary
+from devstack.process import DevstackError, Proc, free_port, wait_for
 
 log = logging.getLogger("vkgate.devstack.nomad")
 
@@ -42,7 +42,7 @@ DRIVER_DENYLIST = "docker,java,qemu"
 
 
 def docker_plugin(docker_host: str) -> dict[str, Any]:
-    """The docker driver pointed at a private dockerd (``gateway.devstack.docker``).
+    """The docker driver pointed at a private dockerd (``devstack.docker``).
 
     ``gc.image = false``: Nomad would otherwise delete the locally imported test image a few
     minutes after its last task, and the next task would try to pull it.  Images whose tag is

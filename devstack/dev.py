@@ -35,13 +35,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from devstack import build, devnet, netns
+from devstack.agent import GatewayProcess
+from devstack.controlplane import WHOLE_ADDONS, ControlPlane, launch_control_plane
+from devstack.nomad import NomadAgent, launch_nomad
+from devstack.process import DevstackError
+from devstack.tools import find_kubectl
 from gateway.config import ConfigError, set_dotted
-from gateway.devstack import build, devnet, netns
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import WHOLE_ADDONS, ControlPlane, launch_control_plane
-from gateway.devstack.nomad import NomadAgent, launch_nomad
-from gateway.devstack.process import DevstackError
-from gateway.devstack.tools import find_kubectl
 from vkgate_core.settings import merge_tables
 
 SAMPLE_APP = "hello-vkgate"

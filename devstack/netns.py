@@ -5,7 +5,7 @@ interface and no route, a stray connection (cloud metadata, an update check, a m
 address) fails at once with ENETUNREACH instead of leaving the machine — the rule is enforced,
 not just hoped for.
 
-    python -m gateway.devstack.netns [--require] -- pytest -m e2e tests/e2e
+    python -m devstack.netns [--require] -- pytest -m e2e tests/e2e
 
 How: re-run this module under ``unshare --net`` (root only: as non-root we would need a user
 namespace, where Nomad believes it is root and fails to create its cgroup), bring ``lo`` up
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execvp(command[0], command)
     env = dict(os.environ, **{_MARK: "1", _HOST_NS: str(_netns_inode())})
     unshare = shutil.which("unshare") or "unshare"
-    argv2 = [unshare, "--net", "--", sys.executable, "-m", "gateway.devstack.netns", "--", *command]
+    argv2 = [unshare, "--net", "--", sys.executable, "-m", "devstack.netns", "--", *command]
     os.execvpe(argv2[0], argv2, env)
 
 

@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.devstack.process import BinaryUnavailable, DevstackError, Proc, wait_for
+from devstack.process import BinaryUnavailable, DevstackError, Proc, wait_for
 
 DOCKERD = "/usr/sbin/dockerd"
 BUSYBOX = "/bin/busybox"

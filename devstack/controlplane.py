@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.devstack import addons, build
-from gateway.devstack.addons import Api
-from gateway.devstack.certs import ADMIN_USER, CertKey, Pki, write_kubeconfig
-from gateway.devstack.process import BinaryUnavailable, DevstackError, Proc, free_port, wait_for
+from devstack import addons, build
+from devstack.addons import Api
+from devstack.certs import ADMIN_USER, CertKey, Pki, write_kubeconfig
+from devstack.process import BinaryUnavailable, DevstackError, Proc, free_port, wait_for
 
 ADVERTISE_ADDRESS = "203.0.113.1"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -59,9 +59,7 @@ def binary(name: str, *, build_missing: bool = True) -> Path:
     if path.exists():
         return path
     if not build_missing:
-        raise BinaryUnavailable(
-            f"{path.name} is not built (run `python -m gateway.devstack.build {name}`)"
-        )
+        raise BinaryUnavailable(f"{path.name} is not built (run `python -m devstack.build {name}`)")
     if not build.go_available():
         raise BinaryUnavailable(f"{path.name} is not built and Go is not installed")
     try:

@@ -1,10 +1,10 @@
 """Maintainer command: regenerate a component's pinned build module (go.mod + go.sum).
 
-    python -m gateway.devstack.pins [module ...]     # default: every module
+    python -m devstack.pins [module ...]     # default: every module
 
 It writes the seed go.mod (exact requirements and the replaces upstream needs) into a scratch
 folder, runs ``go get`` with **exact** versions only (never ``@latest``/``@upgrade``), and copies
-the resulting go.mod and go.sum into ``gateway/devstack/gomod/<module>/``.  The diff is then
+the resulting go.mod and go.sum into ``devstack/gomod/<module>/``.  The diff is then
 reviewed and committed like any other change; the builder never resolves anything itself
 (docs/design/control-plane.md, "Pinned builds").
 """
@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.devstack.build import go_env
-from gateway.devstack.components import Module, modules
+from devstack.build import go_env
+from devstack.components import Module, modules
 
 
 def regenerate(module: Module) -> None:

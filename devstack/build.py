@@ -1,10 +1,10 @@
 """Build the local control plane's binaries from their committed, pinned Go modules.
 
-Nothing here resolves a version: each module folder (``gateway/devstack/gomod/<name>/``, see
+Nothing here resolves a version: each module folder (``devstack/gomod/<name>/``, see
 ``components.py``) carries go.mod **and** go.sum, and the builder compiles from a copy of it with
 ``go build -mod=readonly``.  If the go command would have to change go.mod or go.sum the build
 fails (readonly refuses, and the copy is compared with the committed files afterwards).  A pin
-change is a reviewed commit made with ``python -m gateway.devstack.pins``.
+change is a reviewed commit made with ``python -m devstack.pins``.
 
 Layout under the cache root (``$VKGATE_CACHE``, default ``~/.cache/vkgate``)::
 
@@ -13,7 +13,7 @@ Layout under the cache root (``$VKGATE_CACHE``, default ``~/.cache/vkgate``)::
 
 Builds run one at a time per module across processes (a file lock).  While a build or a wait
 for another process's lock runs, a progress line is printed at least every 30 s.  Run as
-``python -m gateway.devstack.build [binary ...]``.
+``python -m devstack.build [binary ...]``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from gateway.devstack.components import (
+from devstack.components import (
     ETCD_VERSION,
     K8S_VERSION,
     NOMAD_VERSION,
@@ -124,7 +124,7 @@ def check_pins(module: Module) -> None:
         if not (module.path / name).is_file():
             raise BuildError(
                 f"{module.path / name} is missing: build modules are committed with go.mod and "
-                f"go.sum (regenerate with `python -m gateway.devstack.pins {module.folder}`)"
+                f"go.sum (regenerate with `python -m devstack.pins {module.folder}`)"
             )
 
 
@@ -259,7 +259,7 @@ def _check_unchanged(module: Module, work: Path) -> None:
         if (work / name).read_bytes() != (module.path / name).read_bytes():
             raise BuildError(
                 f"building {module.folder} changed {name}: the pins are incomplete; regenerate "
-                f"with `python -m gateway.devstack.pins {module.folder}` and commit the result"
+                f"with `python -m devstack.pins {module.folder}` and commit the result"
             )
 
 

@@ -1,7 +1,7 @@
 """A Nomad cluster as production runs it: one server and two clients, ACLs on, mutual TLS.
 
 The e2e tier's Nomad (docs/design/nomad.md, "The e2e cluster").  Unlike the ``-dev`` agent of
-``vkgate dev`` (``gateway.devstack.nomad``) this is three ``nomad agent`` processes:
+``vkgate dev`` (``devstack.nomad``) this is three ``nomad agent`` processes:
 
 - a server on 127.0.0.1 (``bootstrap_expect = 1``), HTTP and RPC over TLS with
   ``verify_https_client`` and ``verify_server_hostname``; its certificate names only
@@ -26,7 +26,7 @@ vkgate ships (deploy/nomad/vkgate-policy.hcl) is applied and a client token is m
 (``token``); vkgate runs with that token and nothing more.  Test code reads and cleans up with
 the management token through ``get``/``request``.
 
-Needs root inside the namespace ``gateway.devstack.netns`` made (veth interfaces, cgroups, the
+Needs root inside the namespace ``devstack.netns`` made (veth interfaces, cgroups, the
 docker socket).  The clients' addresses never exist on the host.
 """
 
@@ -48,16 +48,16 @@ from typing import Any
 
 import httpx
 
-from gateway.devstack import netns
-from gateway.devstack.certs import CertKey, issue, new_ca
-from gateway.devstack.controlplane import binary
-from gateway.devstack.docker import PAUSE_IMAGE
-from gateway.devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, docker_plugin
-from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
+from devstack import netns
+from devstack.certs import CertKey, issue, new_ca
+from devstack.controlplane import binary
+from devstack.docker import PAUSE_IMAGE
+from devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, docker_plugin
+from devstack.process import DevstackError, Proc, free_port, wait_for
 
 log = logging.getLogger("vkgate.devstack.nomad_cluster")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 #: The ACL policy vkgate ships; the cluster mints vkgate's token from exactly this file.
 POLICY_FILE = REPO / "deploy" / "nomad" / "vkgate-policy.hcl"
 POLICY_NAME = "vkgate"
@@ -247,7 +247,7 @@ class NomadCluster:
                 proc.stop(timeout=15)
             self.server.stop(timeout=15)
         finally:
-            from gateway.devstack.docker import unmount_below
+            from devstack.docker import unmount_below
 
             release_leases(allocs)
             unmount_below(self.workdir)
@@ -530,7 +530,7 @@ def launch_nomad_cluster(
     if not netns.isolated():
         raise DevstackError(
             "the Nomad cluster needs the e2e network namespace for its client addresses "
-            "(run as root through `python -m gateway.devstack.netns`)"
+            "(run as root through `python -m devstack.netns`)"
         )
     if os.geteuid() != 0:
         raise DevstackError("the Nomad cluster's clients run as root (cgroups, docker socket)")

@@ -10,10 +10,10 @@ The ``Containerfile`` at the repository root takes its base image as a build arg
 * **wheelhouse** — every wheel ``vkgate[all]`` needs (plus the build backend), from PyPI,
   cached by the hash of ``pyproject.toml``.
 
-Both need the network, so ``python -m gateway.devstack.image prepare`` runs before the e2e tier
+Both need the network, so ``python -m devstack.image prepare`` runs before the e2e tier
 (``.ci/run``), outside its network namespace.  Inside it, ``build_image`` builds vkgate's own
 wheel with ``--no-index`` and runs ``docker build --network=none`` on a private dockerd
-(``gateway.devstack.docker``): same Containerfile, another base.
+(``devstack.docker``): same Containerfile, another base.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.devstack.build import cache_root
-from gateway.devstack.docker import Dockerd
-from gateway.devstack.process import BinaryUnavailable, DevstackError
+from devstack.build import cache_root
+from devstack.docker import Dockerd
+from devstack.process import BinaryUnavailable, DevstackError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CONTAINERFILE = REPO / "Containerfile"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -108,7 +108,7 @@ def make_wheelhouse(python: str = sys.executable) -> Path:
 def prepared() -> str | None:
     """None when base and wheelhouse exist, else what is missing."""
     missing = [str(p) for p in (base_tarball(), wheelhouse() / ".complete") if not p.exists()]
-    return None if not missing else f"run `python -m gateway.devstack.image prepare` ({missing})"
+    return None if not missing else f"run `python -m devstack.image prepare` ({missing})"
 
 
 def build_image(d: Dockerd, *, tag: str = TAG, python: str = sys.executable) -> str:

@@ -8,7 +8,7 @@ node on an address that is not loopback (docs/backends/nomad.md, "Pod networking
   IPv4 address of its interface, because that is the address the Nomad client fingerprints
   (``attr.unique.network.ip-address``) and gives the pods (host networking); the node's
   InternalIP and the kubelet API use it too.
-* ``--netns``: a network namespace of its own (root; ``gateway.devstack.netns``) holding
+* ``--netns``: a network namespace of its own (root; ``devstack.netns``) holding
   ``NETNS_IP`` (TEST-NET-2) on a veth, so nothing of the machine's network is used or exposed;
   the printed commands then enter that namespace with ``nsenter``.
 * neither: 127.0.0.1 as before; the demo says why the Service has no endpoints.
@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from gateway.devstack import netns
-from gateway.devstack.process import DevstackError
+from devstack import netns
+from devstack.process import DevstackError
 
 #: The node's address inside ``vkgate dev --netns`` (RFC 5737; exists only in that namespace).
 NETNS_IP = "198.51.100.30"
@@ -108,7 +108,7 @@ def interface_of(ip: str, addresses: dict[str, str] | None = None) -> str:
 
 def reexec_in_netns(argv: Sequence[str]) -> NoReturn:
     """Run ``vkgate dev`` again inside a network namespace of its own (root only)."""
-    command = [sys.executable, "-m", "gateway.devstack.netns", "--require", "--"]
+    command = [sys.executable, "-m", "devstack.netns", "--require", "--"]
     os.execvp(command[0], [*command, sys.executable, "-m", "gateway.cli", *argv])
 
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gateway.devstack.certs import Pki, write_kubeconfig
-from gateway.devstack.process import DevstackError, Proc, free_port, wait_for
+from devstack.certs import Pki, write_kubeconfig
+from devstack.process import DevstackError, Proc, free_port, wait_for
 
 #: Node lifecycle timing of the local cluster.  The defaults (grace 50 s) are for real fleets;
 #: a test cluster notices a dead gateway faster.  The grace must exceed the Lease renew interval.
