@@ -4,10 +4,10 @@ Run: ``python -m bench.render [--number 50] [--repeat 5] [--budget 2] [--write-d
 
 What is timed, per packaged entry template x sample pod (``templates/samples``):
 
-* **render_spec** — the backend translator's ``render_spec`` (``gateway.offline.SpecRenderer``):
+* **render_spec** — the backend translator's ``render_spec`` (``gateway.templating.offline.SpecRenderer``):
   exactly what ``create`` sends, i.e. context building, the sandboxed Jinja render (in its
   watchdog thread), JSON parsing, schema validation and the backend's own post-processing;
-* **template** — the ``Renderer.render`` calls ``render_spec`` makes (``translators.rendering``),
+* **template** — the ``Renderer.render`` calls ``render_spec`` makes (``translators.render.engine``),
   replayed with the very context the backend built: the Jinja + parse + validate share;
 * **baseline** — ``json.dumps`` of the very dict ``render_spec`` returned: the cost of merely
   serializing the request body, which any implementation pays.  The ratio render/baseline is
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from gateway.offline import SpecRenderer, load_samples, resolve
 from gateway.pods import status as st
+from gateway.templating.offline import SpecRenderer, load_samples, resolve
 from translators.base import (
     PodRef,
     Renderable,
@@ -49,7 +49,7 @@ from translators.base import (
     UnsupportedError,
     WorkloadState,
 )
-from translators.rendering import Renderer, backend_of, is_entry_template
+from translators.render.engine import Renderer, backend_of, is_entry_template
 
 NODE = "vkgate"
 STATUS_CASES = report.REPO / "tests" / "golden" / "status" / "cases"

@@ -11,7 +11,7 @@ processes, and the median over those:
 * **in the agent** — ``render_workers = 0``: the sandbox in a watchdog thread of the agent;
 * **1 worker** — one render at a time through one worker process (the latency a pod sees);
 * **2 workers, 2 threads** — two renders at once (the agent's default pool on 2 cores);
-* **before** (``--before DIR``: this tree with ``translators/sandbox.py``, ``output.py`` and
+* **before** (``--before DIR``: this tree with ``translators/render/sandbox.py``, ``output.py`` and
   ``rendering.py`` as they were before the workers and the text measures, without
   ``textsize.py``, ``renderpool.py``, ``renderworker.py``) — the in-agent path as it was.
 
@@ -57,13 +57,13 @@ def _rss_mib(pid: int | str = "self") -> float:
 
 
 def child(mode: str, pods: int, rounds: int) -> dict[str, Any]:
-    from gateway.offline import SpecRenderer, load_samples, resolve
-    from translators.rendering import Renderer
+    from gateway.templating.offline import SpecRenderer, load_samples, resolve
+    from translators.render.engine import Renderer
 
     kwargs: dict[str, Any] = {"allowed": {"*": ["*"]}}
     workers = {"thread": 0, "one": 1, "two": 2}[mode]
     if workers:
-        from translators.renderpool import RenderPool
+        from translators.render.pool import RenderPool
 
         kwargs["pool"] = RenderPool(workers=workers)
     renderer = Renderer(**kwargs)
@@ -151,8 +151,8 @@ def run_child(mode: str, *, pods: int, rounds: int, pythonpath: str = "") -> dic
 
 def spawn_ms(samples: int = 5) -> float:
     """Median ms from starting a worker to its first answer (a template it has to compile)."""
-    from translators.rendering import Renderer
-    from translators.renderpool import RenderPool
+    from translators.render.engine import Renderer
+    from translators.render.pool import RenderPool
 
     times = []
     for _ in range(samples):

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from gateway.kubelet.service import KubeletServer
     from gateway.node.controller import NodeController
     from gateway.pods.controller import PodController
-    from gateway.templates_source import TemplatesSource
+    from gateway.templating.source import TemplatesSource
 
 __all__ = ["App", "load_translator", "run_forever"]
 
@@ -71,7 +71,7 @@ class App:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.kube = kube or KubeClient.from_settings(settings.kube, clock=self.clock)
-        from gateway.templates_source import TemplatesSource, renderer_from_settings
+        from gateway.templating.source import TemplatesSource, renderer_from_settings
 
         nodes = settings.units()
         single = not settings.nodes

@@ -128,13 +128,13 @@ def _load_devstack_main() -> Callable[[argparse.Namespace], int] | None:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from gateway.render_cli import render_main
+    from gateway.templating.cli import render_main
 
     return render_main(args)
 
 
 def _cmd_templates_check(args: argparse.Namespace) -> int:
-    from gateway.render_cli import templates_check_main
+    from gateway.templating.cli import templates_check_main
 
     return templates_check_main(args)
 

@@ -40,7 +40,7 @@ from gateway.pods.controller import PodController
 from gateway.pods.teams import NamespaceTeams
 from translators import plugins
 from translators.base import Translator, TranslatorContext
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.settings import SettingsError
 
@@ -68,7 +68,7 @@ def load_translator(
         spec = plugins.load(kind)
     except plugins.PluginError as exc:
         raise StartupError(f"backend.kind: {exc}") from exc
-    from gateway.templates_source import renderer_from_settings
+    from gateway.templating.source import renderer_from_settings
 
     ctx = TranslatorContext(
         node_name=settings.node.name,

@@ -128,8 +128,8 @@ def measure(*, isolation: str = "process", workers: int = 2) -> Iterator[Result]
     """Render every bomb (``isolation="thread"``: only those that need no worker) through
     ``Renderer.render`` and measure each; yields as it goes."""
     from translators.base import TranslationError
-    from translators.rendering import Renderer
-    from translators.renderpool import RenderPool
+    from translators.render.engine import Renderer
+    from translators.render.pool import RenderPool
 
     bombs = [b for b in corpus() if isolation == "process" or not b.needs_worker]
     pool = RenderPool(workers=workers) if isolation == "process" else None

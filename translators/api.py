@@ -73,7 +73,6 @@ from translators.base import (
     PodUsage,
     PortForwarder,
     PortStream,
-    RegistryCredential,
     Renderable,
     ResolvedContainer,
     ResolvedPod,
@@ -86,14 +85,15 @@ from translators.base import (
     VolumeFile,
     VolumeMount,
     WorkloadState,
+    cpu_millis,
+    parse_quantity,
 )
 from translators.contract import CHECKS, BackendHarness, Check, NotApplicable, Outcome
 from translators.plugins import GROUP, BackendSpec, SettingsParser
-from translators.quantity import cpu_millis, parse_quantity
-from translators.registry import credential_for
-from translators.rendering import Renderer, pod_context
+from translators.render.engine import Renderer, pod_context
 from translators.simulated import SimulatedTranslator
 from vkgate_core.clock import Clock
+from vkgate_core.imageregistry import RegistryCredential, credential_for
 from vkgate_core.settings import Setting, SettingsError, coerce, report, unknown_keys
 
 __all__ = [

@@ -30,10 +30,16 @@ import datetime as _dt
 import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from vkgate_core import quantity as _quantity
 from vkgate_core.clock import Clock, SystemClock
+
+# Defined with the registry rules it serves; part of the backend API (translators.api).
+from vkgate_core.imageregistry import RegistryCredential
 from vkgate_core.kubetypes import Pod
+from vkgate_core.quantity import QuantityError
 from vkgate_core.timeparse import parse_rfc3339
 
 JSON: TypeAlias = dict[str, Any]
@@ -95,7 +101,11 @@ class BackendRejected(BackendError):
 
 
 class TranslationError(TranslatorError):
-    """A template failed to render or its output failed the backend schema."""
+    """A template failed to render or its output failed the backend schema.
+
+    An invalid quantity (``vkgate_core.quantity.QuantityError``, a ``ValueError``) is not one
+    by type; the pod sync treats both alike (``gateway.pods.act``), so a bad quantity that
+    escapes a translator still gives the pod a reason instead of crashing its sync."""
 
     def __init__(
         self, message: str, *, template: str = "", line: int | None = None, field: str = ""
@@ -106,6 +116,28 @@ class TranslationError(TranslatorError):
         self.line = line
         self.field = field
         self.detail = message
+
+
+class PodQuantityError(TranslationError, QuantityError):
+    """An invalid quantity met while translating a pod: a ``TranslationError`` so it gives the
+    pod a reason like any other, and still the ``ValueError``/``QuantityError`` it was."""
+
+
+def parse_quantity(value: str | int | float) -> Fraction:
+    """``vkgate_core.quantity.parse_quantity`` for translators: an invalid value is a
+    ``PodQuantityError`` (every translator reports a bad pod as a ``TranslatorError``)."""
+    try:
+        return _quantity.parse_quantity(value)
+    except QuantityError as exc:
+        raise PodQuantityError(str(exc)) from exc
+
+
+def cpu_millis(value: str | int | float) -> int:
+    """``vkgate_core.quantity.cpu_millis`` for translators (see ``parse_quantity``)."""
+    try:
+        return _quantity.cpu_millis(value)
+    except QuantityError as exc:
+        raise PodQuantityError(str(exc)) from exc
 
 
 class UnsupportedError(TranslatorError):
@@ -181,22 +213,6 @@ class ResolvedContainer:
     #: "init", "sidecar" (init container with restartPolicy Always) or "main".
     role: str = "main"
     spec: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryCredential:
-    """Registry login from a pod's ``imagePullSecrets`` (resolved by the gateway).
-
-    ``server`` is normalized: no scheme, no ``/v1/``/``/v2/`` suffix, Docker Hub spelled
-    ``docker.io``; it may carry a repository path (``quay.io/team``) or a ``*.`` wildcard
-    host.  ``translators.registry.credential_for(image, creds)`` picks the one for an image.
-    ``auth_source`` says where it came from (``secret/<name>``).  The password is never in
-    ``repr``."""
-
-    server: str
-    username: str
-    password: str = field(repr=False)
-    auth_source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,7 +629,7 @@ class TranslatorContext:
 
     node_name: str
     settings: Mapping[str, Any]
-    #: Template renderer (``translators.rendering.Renderer``); typed loosely to keep this
+    #: Template renderer (``translators.render.engine.Renderer``); typed loosely to keep this
     #: module dependency-free.
     renderer: Any = None
     #: The backend's time: every sleep, poll, deadline and timestamp of a translator goes

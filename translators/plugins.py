@@ -16,7 +16,7 @@ the shared translator code names one:
 * ``offline`` builds a ``Renderable`` from settings alone — no I/O and no credentials — for
   ``vkgate render`` and ``vkgate templates check``;
 * ``default_template``, ``templates_dir`` (a folder holding ``<kind>/…`` templates) and
-  ``schema`` (the output schema, ``translators.schemas`` language) describe its templates;
+  ``schema`` (the output schema, ``translators.render.schemas`` language) describe its templates;
   a backend without templates (the simulated one) leaves them empty;
 * ``features`` is what the backend supports before it is started (a live translator may refine
   them after negotiating with its service).

@@ -69,9 +69,10 @@ from translators.base import (
     Translator,
     TranslatorContext,
     WorkloadState,
+    cpu_millis,
+    parse_quantity,
 )
 from translators.plugins import BackendSpec
-from translators.quantity import cpu_millis, parse_quantity
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.settings import Kind, Setting, SettingsError, coerce, report, unknown_keys
 

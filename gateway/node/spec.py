@@ -23,7 +23,7 @@ from importlib import metadata
 from typing import Any
 
 from translators.base import Capacity, NodeInfo
-from translators.quantity import QuantityError, format_bytes, format_cpu, parse_quantity
+from vkgate_core.quantity import QuantityError, format_bytes, format_cpu, parse_quantity
 
 #: Kubernetes minor we speak; kubeletVersion is ``v<this>-vkgate.<vkgate version>`` (semver).
 KUBE_VERSION = "1.36.0"

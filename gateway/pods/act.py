@@ -78,6 +78,7 @@ from translators.base import (
 )
 from vkgate_core.clock import Clock
 from vkgate_core.kubetypes import Pod
+from vkgate_core.quantity import QuantityError
 
 log = logging.getLogger("gateway.pods.act")
 
@@ -275,7 +276,7 @@ class PodActor:
         generation = self.translation.generation
         try:
             state = await self.translator.create(res.pod)
-        except TranslationError as exc:
+        except (TranslationError, QuantityError) as exc:
             message = f"template {exc}"
             verdict = self.translation.failed(
                 key, run.uid, message, started=generation, spec=spec_hash(pod)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from translators.base import EnvVar, ResolvedContainer, VolumeMount
-from translators.quantity import cpu_millis, parse_quantity
+from vkgate_core.quantity import cpu_millis, parse_quantity
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The resolver (``gateway.pods.resolve``) reads each referenced Secret by name thr
 ``RefCache`` (no cluster-wide Secret watch; under NodeRestriction a node may ``get`` exactly
 the pull secrets of its own pods) and hands the lookups to ``resolve_pull_secrets``, which
 returns the ``RegistryCredential``s that match at least one image of the pod (matching rules:
-``translators.registry``) and the Events to record.
+``vkgate_core.imageregistry``) and the Events to record.
 
 Accepted Secrets, as the kubelet (``credentialprovider/secrets.MakeDockerKeyring``):
 
@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.pods.env import Event, Lookup, ReadError
-from translators.base import RegistryCredential
-from translators.registry import normalize_server, server_matches
+from vkgate_core.imageregistry import RegistryCredential, normalize_server, server_matches
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"
 DOCKERCFG = "kubernetes.io/dockercfg"

@@ -29,7 +29,7 @@ while the pod is synced, so it has no initial load to wait for; one that fails h
 (``ReadError``) instead of reading as "absent" (docs/design/startup.md).
 
 **One resolver, two adapters.**  ``Resolver`` reads the cluster only through the ``Lookups``
-port: ``RefCache`` is the live adapter (the API server, cached), ``gateway.offline.FileLookups``
+port: ``RefCache`` is the live adapter (the API server, cached), ``gateway.templating.offline.FileLookups``
 the offline one (objects from a YAML file).  ``vkgate render`` therefore resolves a pod with
 exactly the agent's rules — admission, env and volume errors, the pod IP placeholder, the team.
 
@@ -69,7 +69,7 @@ from translators.base import (
     ResolvedContainer,
     ResolvedPod,
 )
-from translators.rendering import TEAM_LABEL
+from translators.render.engine import TEAM_LABEL
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.kubetypes import CONTAINER_GROUPS, Pod
 

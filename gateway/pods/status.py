@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from translators.base import ContainerState, Phase, WorkloadState
-from translators.quantity import parse_quantity
 from vkgate_core.kubetypes import ContainerGroup, Pod, PodSpec, PodStatus, as_pod
+from vkgate_core.quantity import parse_quantity
 
 #: Each container list of the spec with the status list that reports on it.
 _GROUP_STATUSES: tuple[

@@ -25,7 +25,7 @@ from typing import Any
 from gateway.inputs import Input
 from gateway.kube.client import KubeClient
 from gateway.kube.reflector import Reflector
-from translators.rendering import TEAM_LABEL
+from translators.render.engine import TEAM_LABEL
 from vkgate_core.clock import Clock, SystemClock
 
 #: What the start-up gate calls this input.

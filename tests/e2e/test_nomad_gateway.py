@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from nomadfree import free_for
 
-from translators.quantity import cpu_millis, parse_quantity
+from vkgate_core.quantity import cpu_millis, parse_quantity
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ from typing import Any
 from conftest import wait_until
 
 from devstack.nomad_cluster import POLICY_FILE, NomadCluster, apply_policy
-from translators.quantity import cpu_millis, parse_quantity
+from vkgate_core.quantity import cpu_millis, parse_quantity
 
 
 def _pod(

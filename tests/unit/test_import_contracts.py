@@ -43,6 +43,24 @@ def test_every_module_of_each_package_is_in_a_layer() -> None:
         children = _children(package)
         assert len(children) >= 10
         assert children - _layered(package) == set(), package
+    # The layers inside the sub-packages that hold more than a handful of modules.
+    for package in ("gateway/pods", "gateway/kubelet", "gateway/templating", "translators/render"):
+        children = _children(package)
+        assert len(children) >= 3, package
+        assert children - _layered(package.replace("/", ".")) == set(), package
+
+
+def test_the_agent_never_imports_the_dev_stack() -> None:
+    forbid = _contracts()["importlinter:contract:agent-without-devstack"]
+    assert set(forbid["source_modules"].split()) == {
+        "gateway",
+        "translators",
+        "templates",
+        "vkgate_core",
+    }
+    assert forbid["forbidden_modules"].split() == ["devstack"]
+    assert (ROOT / "devstack" / "dev.py").is_file()
+    assert not (ROOT / "gateway" / "devstack").exists()
 
 
 def test_every_backend_is_independent_of_the_others() -> None:
@@ -61,7 +79,9 @@ def test_the_neutral_core_imports_neither_side() -> None:
     assert _children("vkgate_core") == {
         "backoff",
         "clock",
+        "imageregistry",
         "kubetypes",
+        "quantity",
         "ratelimit",
         "retry",
         "settings",

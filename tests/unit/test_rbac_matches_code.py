@@ -223,7 +223,7 @@ def role_grants(path: Path = RBAC) -> list[Grant]:
 
 #: Namespaced calls whose namespace is a setting, and the Role namespace deploy/ sets it to.
 SETTING_NAMESPACES = {
-    ("gateway/templates_source.py", "configmaps"): "vkgate-system",
+    ("gateway/templating/source.py", "configmaps"): "vkgate-system",
 }
 
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from gateway import cli, offline
-from translators.rendering import packaged_templates_dir
+from gateway import cli
+from gateway.templating import offline
+from translators.render.engine import packaged_templates_dir
 
 #: A team template: the packaged Nomad job with the team in Meta.
 TEAM_JOB = (
@@ -336,7 +337,7 @@ def test_a_check_that_renders_nothing_fails(
     samples.mkdir()
     code, out, _ = run(capsys, "templates", "check", "--backend", "zun")
     assert code == 0  # sanity: the real samples render
-    from gateway import render_cli
+    from gateway.templating import cli as render_cli
 
     original = render_cli.load_samples
     try:

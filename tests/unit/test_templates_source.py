@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from gateway.config import TemplateSettings
-from gateway.templates_source import TemplatesSource, renderer_from_settings, templates_of
+from gateway.templating.source import TemplatesSource, renderer_from_settings, templates_of
 from translators.base import ResolvedContainer, ResolvedPod, TranslatorContext
 from translators.nomad import NomadTranslator
-from translators.rendering import Renderer, packaged_templates_dir
+from translators.render.engine import Renderer, packaged_templates_dir
 
 PACKAGED_JOB = (packaged_templates_dir() / "nomad" / "job.j2").read_text()
 META_BLOCK = "{% block meta %}{{ n.meta | tojson }}{% endblock %}"
@@ -307,7 +307,7 @@ async def test_a_team_template_that_shadows_nothing_is_a_warning(
 def test_a_team_template_is_held_to_the_template_it_replaces() -> None:
     """A sample the default itself cannot render (raw_exec and a container without a command)
     is no new failure of the team's version of it (e2e: test_templates_live_retry)."""
-    from gateway.templates_source import _replaced
+    from gateway.templating.source import _replaced
 
     assert _replaced("teams/ml/nomad/raw_exec.j2") == "nomad/raw_exec.j2"
     assert _replaced("nomad/raw_exec.j2") == "nomad/raw_exec.j2"

@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from translators.base import JSON, BackendRejected, Capacity
+from translators.base import JSON, BackendRejected, Capacity, cpu_millis, parse_quantity
 from translators.batch.settings import VmSize
-from translators.quantity import cpu_millis, parse_quantity
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from translators.batch.settings import ENV_ACCOUNT, ENV_ENDPOINT, ENV_KEY, parse
 from translators.batch.spec import TaskBuilder
 from translators.batch.translator import BatchTranslator
 from translators.plugins import BackendSpec
-from translators.rendering import Renderer, packaged_templates_dir
+from translators.render.engine import Renderer, packaged_templates_dir
 from vkgate_core.settings import Setting, report
 
 #: Table keys the Azure CLI's conventional variables fill in when the table leaves them out.

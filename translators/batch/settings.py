@@ -169,7 +169,7 @@ def sanitize_id(raw: str) -> str:
 
 
 def _vm_sizes(raw: Any) -> dict[str, VmSize]:
-    from translators.quantity import cpu_millis, parse_quantity
+    from translators.base import cpu_millis, parse_quantity
 
     if not isinstance(raw, Mapping):
         raise BatchSettingsError("vm_sizes", f"expected a table, got {raw!r}")

@@ -43,7 +43,7 @@ Mapping decisions (see also docs/design/batch.md, "Pod to task mapping"):
   ``containerImageDefault`` / ``taskWorkingDirectory``, from ``working_directory``).
 * **Registry.**  ``containerSettings.registry{registryServer, username, password}`` from the
   pod's imagePullSecrets (resolved by the gateway: the credential matching the container's image,
-  ``translators.registry``; ``registryServer`` is the image's registry host, ``docker.io`` for
+  ``vkgate_core.imageregistry``; ``registryServer`` is the image's registry host, ``docker.io`` for
   Docker Hub), else from ``[backend.batch.registry]`` when the image is on that server.  The
   password never goes into ``displayName`` (checked) and the service never returns it.
 """
@@ -53,7 +53,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from translators.rendering import Renderer
+    from translators.render.engine import Renderer
 
 import base64
 import hashlib
@@ -71,11 +71,12 @@ from translators.base import (
     ResolvedPod,
     TranslationError,
     UnsupportedError,
+    cpu_millis,
+    parse_quantity,
 )
 from translators.batch.capacity import PoolInfo, vm_size
 from translators.batch.settings import BatchSettings
-from translators.quantity import cpu_millis, parse_quantity
-from translators.registry import credential_for, image_host
+from vkgate_core.imageregistry import credential_for, image_host
 
 MAX_COMMAND_LINE = 32_768
 MAX_DISPLAY_NAME = 1024
@@ -182,7 +183,7 @@ class TaskBuilder:
     ) -> list[JSON]:
         """Init tasks (in order) then the main task, rendered and validated.  Blocking (the
         renderer runs templates under its limits); async callers use a thread."""
-        from translators.rendering import pod_context
+        from translators.render.engine import pod_context
 
         template = template or self.template_for(pod)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from translators.rendering import Renderer
+    from translators.render.engine import Renderer
 
 import asyncio
 import contextlib
@@ -100,7 +100,7 @@ class BatchTranslator:
         if ctx is not None and ctx.renderer is not None:
             self.renderer = ctx.renderer
         else:
-            from translators.rendering import Renderer
+            from translators.render.engine import Renderer
 
             self.renderer = Renderer()
         #: Sleeps (retries, submit linger, log polls), deadlines and ``ocp-date`` stamps.

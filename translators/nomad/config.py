@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from translators.quantity import cpu_millis, parse_quantity
+from translators.base import cpu_millis, parse_quantity
 from translators.securitycontext import FIELDS as SECURITY_FIELDS
 from vkgate_core.settings import Kind, SettingsError, coerce
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from translators.registry import image_location
+from vkgate_core.imageregistry import image_location
 
 META_IMAGE_IDS = "vkgate.image_ids"
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")

@@ -76,7 +76,7 @@ bodies are vkgate's own text (the job ID and item keys), so no pod data is ever 
 template.  ``emptyDir`` is a directory in the shared alloc dir (``../alloc/data/vkgate/<volume>``)
 mounted into every container that uses it.
 
-imagePullSecrets: the credential that matches a task's image (``translators.registry``) becomes
+imagePullSecrets: the credential that matches a task's image (``vkgate_core.imageregistry``) becomes
 the docker driver's ``auth {username, password, server_address}`` (``server_address`` = the
 image's registry host, ``docker.io`` for Docker Hub), in ``backend_info.tasks[*].auth``;
 ``raw_exec`` has no image and ignores it.  It cannot move to the Variable (the docker driver
@@ -90,7 +90,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from translators.rendering import Renderer
+    from translators.render.engine import Renderer
 
 import hashlib
 import json
@@ -109,12 +109,13 @@ from translators.base import (
     ResolvedVolume,
     TranslationError,
     UnsupportedError,
+    cpu_millis,
+    parse_quantity,
 )
 from translators.nomad import claims, images, literal, scheduling
 from translators.nomad.config import NomadConfig
-from translators.quantity import cpu_millis, parse_quantity
-from translators.registry import credential_for, image_host
-from translators.rendering import pod_context
+from translators.render.engine import pod_context
+from vkgate_core.imageregistry import credential_for, image_host
 
 JSON = dict[str, Any]
 

@@ -11,7 +11,7 @@ from translators.nomad.config import ENV_KEYS, NomadConfig
 from translators.nomad.schema import NOMAD
 from translators.nomad.translator import NomadTranslator
 from translators.plugins import BackendSpec
-from translators.rendering import packaged_templates_dir
+from translators.render.engine import packaged_templates_dir
 from vkgate_core.settings import Setting, report
 
 

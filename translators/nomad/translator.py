@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from translators.rendering import Renderer
+    from translators.render.engine import Renderer
 
 import asyncio
 import contextlib
@@ -184,7 +184,7 @@ class NomadTranslator:
         if renderer is None:
             renderer = ctx.renderer if ctx and ctx.renderer is not None else None
         if renderer is None:
-            from translators.rendering import Renderer
+            from translators.render.engine import Renderer
 
             renderer = Renderer()
         self.renderer: Renderer = renderer

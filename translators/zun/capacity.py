@@ -17,8 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from translators.base import Capacity
-from translators.quantity import cpu_millis, parse_quantity
+from translators.base import Capacity, cpu_millis, parse_quantity
 
 #: Used when a quota is unlimited and nothing else bounds it.
 DEFAULT_CPU = "64"

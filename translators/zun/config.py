@@ -215,7 +215,7 @@ def _validate(cfg: ZunConfig) -> None:
         raise ZunConfigError("retry_backoff", "delays must not be negative")
     if cfg.name_prefix and not cfg.name_prefix[0].isalnum():
         raise ZunConfigError("name_prefix", "must start with a letter or digit")
-    from translators.quantity import parse_quantity
+    from translators.base import parse_quantity
 
     for key in ("cpu", "memory"):
         value = getattr(cfg, key)

@@ -8,7 +8,7 @@ from typing import Any
 
 from translators.base import JSON, Features, ResolvedPod, Translator, TranslatorContext
 from translators.plugins import BackendSpec
-from translators.rendering import Renderer, packaged_templates_dir
+from translators.render.engine import Renderer, packaged_templates_dir
 from translators.zun.client import FEATURES, feature_flags
 from translators.zun.config import load_config, parse_microversion
 from translators.zun.schema import ZUN

@@ -28,8 +28,8 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
-from translators.base import RegistryCredential
 from translators.zun.client import ZunClient
+from vkgate_core.imageregistry import RegistryCredential
 
 log = logging.getLogger(__name__)
 

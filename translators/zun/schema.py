@@ -1,8 +1,8 @@
-"""Output schema of the Zun backend (``translators.schemas`` language), published in its spec."""
+"""Output schema of the Zun backend (``translators.render.schemas`` language), published in its spec."""
 
 from __future__ import annotations
 
-from translators.schemas import Schema
+from translators.render.schemas import Schema
 
 _STR_MAP: Schema = {"type": "object", "additionalProperties": {"type": "string"}}
 

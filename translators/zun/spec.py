@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from translators.rendering import Renderer
+    from translators.render.engine import Renderer
 
 import hashlib
 import logging
@@ -40,18 +40,18 @@ from translators.base import (
     JSON,
     OWNER_KEY,
     OWNER_VALUE,
-    RegistryCredential,
     ResolvedContainer,
     ResolvedPod,
     ResolvedVolume,
     TranslationError,
     UnsupportedError,
+    cpu_millis,
+    parse_quantity,
 )
-from translators.quantity import cpu_millis, parse_quantity
-from translators.registry import credential_for, image_host
-from translators.rendering import pod_context
+from translators.render.engine import pod_context
 from translators.zun.config import AUTH_KEYS, ZunConfig
 from translators.zun.registries import registry_name
+from vkgate_core.imageregistry import RegistryCredential, credential_for, image_host
 
 log = logging.getLogger(__name__)
 

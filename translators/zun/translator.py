@@ -148,7 +148,7 @@ class ZunTranslator:
         if renderer is None:
             renderer = ctx.renderer if ctx is not None and ctx.renderer is not None else None
         if renderer is None:
-            from translators.rendering import Renderer
+            from translators.render.engine import Renderer
 
             renderer = Renderer()
         self.specs = SpecBuilder.from_config(self.cfg, renderer=renderer, settings=table)

@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from gateway.offline import parse_inputs, resolve
 from gateway.pods.status import from_workload
+from gateway.templating.offline import parse_inputs, resolve
 from translators.base import OWNER_KEY, OWNER_VALUE, TranslatorError
 from translators.batch import BatchTranslator
 from translators.batch.capacity import PoolInfo
 from translators.batch.status import group_tasks, workload_state
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 
 NODE = "vk-golden"
 NOW = _dt.datetime(2026, 3, 1, 10, 2, 0, tzinfo=_dt.UTC)

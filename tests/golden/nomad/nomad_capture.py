@@ -66,12 +66,12 @@ from websockets.sync.client import connect
 from devstack.docker import Dockerd, launch_dockerd, make_busybox_image
 from devstack.nomad import NomadAgent, launch_nomad
 from devstack.process import BinaryUnavailable
-from gateway.offline import parse_inputs, resolve
+from gateway.templating.offline import parse_inputs, resolve
 from translators.nomad import NomadTranslator
 from translators.nomad.capacity import HELD_FILTER, mhz_per_core
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 
 JSON = dict[str, Any]
 HERE = Path(__file__).resolve().parent

@@ -30,15 +30,15 @@ from typing import Any
 
 import pytest
 
-from gateway.offline import parse_inputs, resolve
 from gateway.pods.status import from_workload
+from gateway.templating.offline import parse_inputs, resolve
 from translators.base import TranslatorError
 from translators.nomad import NomadTranslator
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
 from translators.nomad.status import JobView, placement_from, workload_state
-from translators.rendering import Renderer
-from translators.renderpool import RenderPool
+from translators.render.engine import Renderer
+from translators.render.pool import RenderPool
 
 NODE = "vk-golden"
 SETTINGS: dict[str, Any] = {
@@ -69,7 +69,7 @@ def _plain(value: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def pool() -> Any:
-    """The agent renders in worker processes (translators/renderpool.py): the same bytes."""
+    """The agent renders in worker processes (translators/render/pool.py): the same bytes."""
     pool = RenderPool(workers=1)
     yield pool
     pool.close()

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from gateway.offline import SpecRenderer, load_samples, resolve
+from gateway.templating.offline import SpecRenderer, load_samples, resolve
 from translators.base import Renderable, TranslationError, UnsupportedError
-from translators.rendering import Renderer, backend_of, is_entry_template
-from translators.renderpool import RenderPool
+from translators.render.engine import Renderer, backend_of, is_entry_template
+from translators.render.pool import RenderPool
 
 HERE = Path(__file__).parent
 NODE = "vkgate"
@@ -47,7 +47,7 @@ TEMPLATES = [
 
 @pytest.fixture(scope="module")
 def pool() -> Any:
-    """The agent renders in worker processes (translators/renderpool.py): the same bytes."""
+    """The agent renders in worker processes (translators/render/pool.py): the same bytes."""
     pool = RenderPool(workers=1)
     yield pool
     pool.close()

@@ -13,7 +13,7 @@ from zun_pods import resolved_pod
 from zun_upstream import zun_api_or_none
 
 from translators.base import TranslatorError, UnsupportedError
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 from translators.zun.client import feature_flags
 from translators.zun.config import load_config, parse_microversion
 from translators.zun.spec import SpecBuilder

@@ -36,7 +36,7 @@ DESIGN = ROOT / "docs" / "design" / "nomad.md"
 #: and the gateway's pod handling.
 POD_CODE = [
     *sorted((ROOT / "translators" / "nomad").glob("*.py")),
-    ROOT / "translators" / "rendering.py",
+    ROOT / "translators" / "render" / "engine.py",
     ROOT / "translators" / "base.py",
     *sorted((ROOT / "gateway" / "pods").glob("*.py")),
 ]

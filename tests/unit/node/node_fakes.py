@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from translators.quantity import cpu_millis, format_bytes, format_cpu, parse_quantity
 from vkgate_core.clock import FakeClock
+from vkgate_core.quantity import cpu_millis, format_bytes, format_cpu, parse_quantity
 
 MERGE_KEYS = {"conditions": "type", "addresses": "type"}
 #: The collections the agent lists and watches that this fake serves (namespaces for the team

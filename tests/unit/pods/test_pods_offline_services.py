@@ -1,6 +1,6 @@
 """``vkgate render`` reads Services from its input file like the live agent reads them from the
 API, so the service-link variables of the rendered spec are the ones the agent submits: the
-offline adapter (gateway/offline.py) and the live RefCache go through the one real Resolver."""
+offline adapter (gateway/templating/offline.py) and the live RefCache go through the one real Resolver."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from pods_fakes import FakeKube
 
-from gateway import offline
 from gateway.pods.resolve import RefCache, Resolver
+from gateway.templating import offline
 from translators.base import Features, ResolvedContainer
 from vkgate_core.clock import FakeClock
 

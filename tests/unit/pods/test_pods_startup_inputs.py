@@ -23,10 +23,10 @@ from gateway.inputs import InputsGate
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
 from gateway.pods.teams import NamespaceTeams
-from gateway.templates_source import TemplatesSource, renderer_from_settings
+from gateway.templating.source import TemplatesSource, renderer_from_settings
 from translators.base import ResolvedPod, TranslatorContext, WorkloadState
 from translators.nomad import NomadTranslator
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 from translators.simulated import SimulatedTranslator
 from vkgate_core.clock import FakeClock
 

@@ -19,7 +19,7 @@ from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
 from gateway.pods.translation import BACKSTOP, TranslationRetries
 from translators.base import ResolvedPod, TranslationError, WorkloadState
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 from translators.simulated import SimulatedTranslator
 from vkgate_core.clock import FakeClock
 

@@ -20,8 +20,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.offline import parse_inputs, resolve
 from gateway.pods.status import from_workload
+from gateway.templating.offline import parse_inputs, resolve
 from translators.base import Features, TranslatorError
 from translators.batch.status import group_tasks
 from translators.batch.status import workload_state as batch_state
@@ -31,8 +31,8 @@ from translators.nomad.jobs import render_job
 from translators.nomad.status import JobView, placement_from
 from translators.nomad.status import workload_state as nomad_state
 from translators.nomad.translator import NomadTranslator
-from translators.rendering import Renderer
-from translators.renderpool import RenderPool
+from translators.render.engine import Renderer
+from translators.render.pool import RenderPool
 from translators.simulated import SimulatedTranslator
 from translators.zun.client import FEATURES, feature_flags
 from translators.zun.config import load_config as zun_config
@@ -197,7 +197,7 @@ def test_nomad_renders_any_pod_or_says_why(pod: dict[str, Any]) -> None:
 @FUZZ
 @given(pods())
 def test_the_render_workers_render_any_pod_as_the_agent_does(pod: dict[str, Any]) -> None:
-    """The agent renders in worker processes (translators/renderpool.py): whatever a pod
+    """The agent renders in worker processes (translators/render/pool.py): whatever a pod
     holds crosses the pipe and comes back the same job, or the same error."""
     rpod = resolved(pod, NomadTranslator.features)
     if rpod is None:

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from translators.base import TranslationError
-from translators.rendering import Renderer
-from translators.sandbox import RenderLimits
+from translators.render.engine import Renderer
+from translators.render.sandbox import RenderLimits
 
 LIMITS = RenderLimits(
     timeout=2.0, max_output=20_000, max_value=10_000, budget=100_000, max_range=100

@@ -1,11 +1,11 @@
-"""Image → registry host, server-key normalization and credential matching (translators.registry)."""
+"""Image → registry host, server-key normalization and credential matching (vkgate_core.imageregistry)."""
 
 from __future__ import annotations
 
 import pytest
 
 from translators.base import RegistryCredential
-from translators.registry import (
+from vkgate_core.imageregistry import (
     credential_for,
     credentials_for,
     image_location,

@@ -14,7 +14,13 @@ from translators.base import (
     TranslationError,
     VolumeFile,
 )
-from translators.rendering import Renderer, backend_of, is_entry_template, mask_secrets, pod_context
+from translators.render.engine import (
+    Renderer,
+    backend_of,
+    is_entry_template,
+    mask_secrets,
+    pod_context,
+)
 
 
 def pod(
@@ -259,7 +265,7 @@ def test_team_template_extends_the_packaged_nomad_job() -> None:
     """The real nomad/job.j2, through the Nomad backend's render_spec: one block changes."""
     import dataclasses
 
-    from gateway.offline import SpecRenderer, load_samples, resolve
+    from gateway.templating.offline import SpecRenderer, load_samples, resolve
     from translators.base import Renderable
 
     r = Renderer(

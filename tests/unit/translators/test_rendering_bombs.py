@@ -14,7 +14,7 @@ import pytest
 
 from tests.template_bombs import DEEP, laughs
 from translators.base import TranslationError
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 
 BOMBS = {
     "nomad/laughs.yaml.j2": (laughs(), "output expands to more than"),
@@ -50,7 +50,7 @@ def test_aliases_and_nesting_within_the_bounds_still_render() -> None:
 def test_the_expanded_size_is_what_is_bounded() -> None:
     """Text well under the limit whose aliases expand past it is refused; the same
     data spelled out under the limit is not."""
-    from translators.sandbox import RenderLimits
+    from translators.render.sandbox import RenderLimits
 
     limits = RenderLimits(max_output=3000)
     expands = laughs(levels=4, fan=4)  # 256 strings: ~2300 characters as JSON

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from translators.base import TranslationError
-from translators.filters import cpu_mhz, dns_label, memory_mb, quantity, shquote, truncate_id
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
+from translators.render.filters import cpu_mhz, dns_label, memory_mb, quantity, shquote, truncate_id
 
 
 def render(source: str, **context: object) -> str:

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from translators.base import TranslationError
-from translators.rendering import Renderer
-from translators.sandbox import RenderLimits
+from translators.render.engine import Renderer
+from translators.render.sandbox import RenderLimits
 
 
 def render(source: str, context: dict | None = None, **limits: float) -> str:
@@ -159,7 +159,7 @@ SHARED = "{% set a = ['x' * 1000] %}" + "{% set a = [a, a, a, a] %}" * 10
 )
 def test_expanding_shared_references_is_refused_before_the_work(source: str, match: str) -> None:
     """A graph of shared references is small; its text is not.  Every producer of text
-    measures first (translators/textsize.py) and refuses past ``max_value``."""
+    measures first (translators/render/textsize.py) and refuses past ``max_value``."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

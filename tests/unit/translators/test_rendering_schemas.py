@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from translators import schemas
 from translators.base import TranslationError
-from translators.rendering import Renderer
+from translators.render import schemas
+from translators.render.engine import Renderer
 
 
 def job(**task: object) -> dict:

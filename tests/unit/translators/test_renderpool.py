@@ -1,4 +1,4 @@
-"""Rendering in worker processes (translators/renderpool.py): the same results as in the agent,
+"""Rendering in worker processes (translators/render/pool.py): the same results as in the agent,
 and what the agent cannot do itself — stop one C call that holds the GIL, cap memory — without
 the agent stalling, growing or losing the template line (docs/design/template-safety.md)."""
 
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from translators.base import TranslationError
-from translators.rendering import Renderer
-from translators.renderpool import RenderPool, template_frame
-from translators.sandbox import RenderLimits
+from translators.render.engine import Renderer
+from translators.render.pool import RenderPool, template_frame
+from translators.render.sandbox import RenderLimits
 
 #: Hashing 2**40 shared tuples: hours inside one C call that holds the GIL.
 HASH = (
@@ -245,9 +245,9 @@ def test_an_unclosed_pool_stops_its_workers_when_collected() -> None:
 
 _ORPHAN = """
 import sys, threading
-from translators.renderpool import RenderPool
-from translators.rendering import Renderer
-from translators.sandbox import RenderLimits
+from translators.render.pool import RenderPool
+from translators.render.engine import Renderer
+from translators.render.sandbox import RenderLimits
 pool = RenderPool(workers=1)
 r = Renderer(overlay={"t/h.j2": sys.argv[1]}, pool=pool, limits=RenderLimits(timeout=0.3))
 r.render_text("t/h.j2", {"n": 0})
@@ -286,7 +286,7 @@ def test_the_stuck_frame_is_read_from_a_faulthandler_dump() -> None:
     dump = (
         "Timeout (0:00:01.250000)!\n"
         "Thread 0x00007f (most recent call first):\n"
-        '  File "/x/translators/filters.py", line 98 in tojson\n'
+        '  File "/x/translators/render/filters.py", line 98 in tojson\n'
         '  File "t/inner.j2", line 14 in root\n'
         '  File "t/outer.j2", line 30 in root\n'
         '  File "/x/jinja2/environment.py", line 1371 in generate\n'

@@ -1,4 +1,4 @@
-"""``translators.textsize`` measures a value's text without building it: the sandbox's
+"""``translators.render.textsize`` measures a value's text without building it: the sandbox's
 refusal to expand a graph of shared references rests on these numbers being right (an upper
 bound, close) and cheap (linear in the graph, not in its expansion)."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jinja2.utils import Namespace
 
-from translators.textsize import json_size, str_size
+from translators.render.textsize import json_size, str_size
 
 BIG = 10**12
 

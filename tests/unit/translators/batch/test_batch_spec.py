@@ -31,7 +31,7 @@ from translators.batch.spec import (
     command_line,
     parse_display_name,
 )
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 
 KEY = "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="
 

@@ -12,7 +12,7 @@ from translators.nomad import images
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
 from translators.nomad.status import JobView, workload_state
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -42,7 +42,7 @@ from translators.nomad.jobs import (
     task_volumes,
 )
 from translators.nomad.literal import POD_IP_SENTINEL, delimiters
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 
 CFG = NomadConfig.from_settings({}, environ={})
 

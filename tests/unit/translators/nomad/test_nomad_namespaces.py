@@ -12,7 +12,7 @@ import pytest
 from translators.base import ResolvedContainer, ResolvedPod, TranslationError
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import mapped_namespace, overrides, render_job
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 from vkgate_core.settings import SettingsError
 
 ANNOTATION = "vkgate.io/nomad-namespace"

@@ -18,7 +18,7 @@ from translators.base import (
 )
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import finish_job, render_job
-from translators.rendering import Renderer, mask_secrets
+from translators.render.engine import Renderer, mask_secrets
 
 CREDS = (
     RegistryCredential("ghcr.io", "gh-bot", "ghp-t0ken-value", auth_source="secret/a"),

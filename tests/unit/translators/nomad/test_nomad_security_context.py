@@ -13,7 +13,7 @@ from translators.base import ResolvedContainer, ResolvedPod, UnsupportedError
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
 from translators.nomad.status import failure_reason
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 from vkgate_core.settings import SettingsError
 
 CFG = NomadConfig.from_settings({}, environ={})

@@ -9,7 +9,7 @@ import json
 from zun_pods import resolved_pod, simple_pod
 
 from translators.base import RegistryCredential, ResolvedPod
-from translators.rendering import Renderer, mask_secrets
+from translators.render.engine import Renderer, mask_secrets
 from translators.zun.client import feature_flags
 from translators.zun.config import load_config
 from translators.zun.registries import registry_name

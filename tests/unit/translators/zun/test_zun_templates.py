@@ -7,7 +7,7 @@ import dataclasses
 
 from zun_pods import resolved_pod, simple_pod
 
-from translators.rendering import Renderer
+from translators.render.engine import Renderer
 from translators.zun.client import feature_flags
 from translators.zun.config import load_config
 from translators.zun.spec import SpecBuilder

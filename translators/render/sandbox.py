@@ -14,7 +14,7 @@ module adds those bounds, in layers:
    ``join``, ``format``, ``wordwrap``, ``sum``); the methods that grow a list or dict in place
    (``append``, ``extend``, ``update``…).  A single string/list may not exceed
    ``max_value`` characters/items, an integer ``max_int_bits`` bits, a range ``max_range``.
-   **Text made from a value** is measured before it is made (``translators.textsize``):
+   **Text made from a value** is measured before it is made (``translators.render.textsize``):
    ``{{ value }}``, ``~``, ``%``, ``format``, ``join``, ``tojson`` and every filter that turns
    a list or mapping into text (``string``, ``pprint``, ``upper``, ``shquote``…).  Ten
    ``{% set a = [a, a, a, a] %}`` over one 1,000-character string are eleven small lists
@@ -28,7 +28,7 @@ module adds those bounds, in layers:
    (``PyThreadState_SetAsyncExc``) at the deadline.  A thread stuck inside one C call that
    holds the GIL — hashing or comparing a graph of shared tuples, ``{(t, t): 1}`` thirty
    levels deep, is hours of CPU in one call — cannot be stopped from inside the process: that
-   is what the render worker (``translators.renderpool``) is for.
+   is what the render worker (``translators.render.pool``) is for.
 
 Every limit raises ``LimitExceeded``; the renderer turns it into a ``TranslationError`` naming
 the template line.  The defaults are in ``RenderLimits`` and documented in templates/README.md.
@@ -53,7 +53,7 @@ import jinja2
 from jinja2.runtime import Context
 from jinja2.sandbox import SandboxedEnvironment
 
-from translators.textsize import json_size, str_size
+from translators.render.textsize import json_size, str_size
 
 T = TypeVar("T")
 
@@ -165,7 +165,7 @@ class LimitedSandbox(SandboxedEnvironment):
 
     def check_text(self, value: Any, what: str) -> None:
         """Refuse to turn ``value`` into text (``str()``) when the text would be longer than
-        ``max_value``: measured without building it (``translators.textsize``)."""
+        ``max_value``: measured without building it (``translators.render.textsize``)."""
         if not _is_plain(value):
             self.check_size(_text_len(value), what)
 

@@ -4,7 +4,7 @@ A template can build a small graph that stands for a huge text: ``{% set a = [a,
 ten times over one 1,000-character string is eleven small lists, but ``a|tojson`` (or
 ``{{ a }}``, ``a ~ ''``, ``'%s' % a``, ``a|string``…) expands the shared references into
 4¹⁰ copies of the string: a gigabyte, allocated inside one C call that no deadline can
-interrupt.  The sandbox (``translators.sandbox``) asks this module first and refuses when the
+interrupt.  The sandbox (``translators.render.sandbox``) asks this module first and refuses when the
 answer is over its bound.
 
 Both measures walk the graph once per distinct object (memoised by identity, so shared

@@ -1,9 +1,9 @@
-"""The render worker: ``python -m translators.renderworker DUMP_FD MAX_MEMORY GRACE``.
+"""The render worker: ``python -m translators.render.worker DUMP_FD MAX_MEMORY GRACE``.
 
-Started by ``translators.renderpool`` with an empty environment.  It reads length-prefixed
+Started by ``translators.render.pool`` with an empty environment.  It reads length-prefixed
 pickles on stdin and answers on stdout:
 
-* ``("env", key, spec)`` — build (and keep, up to ``renderpool._ENVS``) the template
+* ``("env", key, spec)`` — build (and keep, up to ``pool._ENVS``) the template
   environment ``spec`` describes (``Renderer._remote``); no answer.
 * ``("run", key, op, args, timeout)`` — ``op`` is ``text`` (``render_text_in``), ``render``
   (text, then ``parse_in``) or ``check`` (``check_in``).  Answers ``("need", key)`` when it
@@ -35,7 +35,7 @@ from collections import OrderedDict
 from typing import IO, Any
 
 _HEADER = struct.Struct("!I")
-#: Environments kept (the parent's ``renderpool._ENVS``).
+#: Environments kept (the parent's ``pool._ENVS``).
 _ENVS = 4
 #: Room for the render thread's stack (and a spare), over ``MAX_MEMORY``.
 _STACKS = 32 * 2**20
@@ -100,14 +100,14 @@ def main(argv: list[str]) -> int:
     from pathlib import Path
 
     from translators.base import TranslationError
-    from translators.rendering import (
+    from translators.render.engine import (
         OverlayTemplate,
         check_in,
         make_env,
         parse_in,
         render_text_in,
     )
-    from translators.sandbox import LimitedSandbox, RenderLimits, use_alarm
+    from translators.render.sandbox import LimitedSandbox, RenderLimits, use_alarm
 
     use_alarm()  # renders run on this thread: no watchdog thread per render
 

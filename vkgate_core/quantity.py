@@ -1,7 +1,7 @@
 """Kubernetes resource quantities (``250m``, ``1.5Gi``, ``2e3``) as exact numbers.
 
-Shared by the gateway (capacity overrides, resourceFieldRef) and by translators (CPU MHz,
-memory MiB), so it lives on the translator side of the import boundary.  Exact ``Fraction``
+A Kubernetes helper shared by the gateway (capacity overrides, resourceFieldRef) and by
+translators (CPU MHz, memory MiB), so it lives in the neutral core.  Exact ``Fraction``
 arithmetic avoids float rounding in ``ceil`` conversions (``0.1`` cores must be 100 m, not 101).
 """
 
@@ -11,13 +11,12 @@ import math
 import re
 from fractions import Fraction
 
-from translators.base import TranslationError
 
-
-class QuantityError(TranslationError, ValueError):
-    """An invalid quantity.  A ``ValueError`` for callers that name the field themselves, and a
-    ``TranslationError`` so one that escapes a translator still gives the pod a reason instead
-    of crashing its sync (the API server validates pod quantities; fakes and tests may not)."""
+class QuantityError(ValueError):
+    """An invalid quantity.  A ``ValueError`` for callers that name the field themselves; the
+    pod sync treats one that escapes a translator as a translation error (``gateway.pods.act``),
+    so the pod gets a reason instead of a crashed sync (the API server validates pod
+    quantities; fakes and tests may not)."""
 
 
 #: Suffix → multiplier (decimal SI and binary), shared with the template ``quantity`` filter.

@@ -51,11 +51,11 @@ from translators.base import (
     ResolvedPod,
     TranslatorContext,
 )
-from translators.rendering import TEAM_LABEL, Renderer
+from translators.render.engine import TEAM_LABEL, Renderer
 from vkgate_core.kubetypes import Pod, as_pod
 from vkgate_core.settings import SettingsError
 
-log = logging.getLogger("gateway.offline")
+log = logging.getLogger("gateway.templating.offline")
 T = TypeVar("T")
 
 
@@ -432,7 +432,7 @@ def check_templates(
     """Render every entry template (of ``names``, default all) for ``backends`` against every
     sample; also compile every non-entry template so a broken partial is reported."""
     from translators.base import TranslationError, UnsupportedError
-    from translators.rendering import backend_of, is_entry_template
+    from translators.render.engine import backend_of, is_entry_template
 
     results: list[CheckResult] = []
     all_names = list(names) if names is not None else renderer.list_templates()

@@ -41,8 +41,8 @@ from gateway.inputs import Input
 from gateway.kube.reflector import Reflector
 from translators import plugins
 from translators.base import TranslationError
-from translators.rendering import TEAM_LABEL, OverlayTemplate, Renderer
-from translators.renderpool import RenderPool
+from translators.render.engine import TEAM_LABEL, OverlayTemplate, Renderer
+from translators.render.pool import RenderPool
 from vkgate_core.clock import Clock, SystemClock
 
 log = logging.getLogger("gateway.templates")
@@ -114,7 +114,7 @@ def default_validator(*, backend: str, settings: Mapping[str, Any] | None = None
     """Compile the ConfigMap's templates; render the backend's entry templates against the
     sample pods (through the backend's ``render_spec`` when it has one, built from
     ``settings``) and reject what newly fails compared with the live overlay."""
-    from gateway.offline import check_templates, load_samples
+    from gateway.templating.offline import check_templates, load_samples
 
     samples = load_samples()
     baseline: dict[int, set[tuple[str, str]]] = {}

@@ -7,12 +7,12 @@ The API backends use (stable; everything else here is additive)::
     spec = renderer.render("nomad/job.j2", pod_context(pod, backend="nomad", settings=table))
 
 ``render`` parses the output (JSON; YAML for ``*.yaml.j2``/``*.yml.j2``) and validates it against
-the output schema of ``context["backend"]`` (``translators.schemas``).  Every failure — syntax,
+the output schema of ``context["backend"]`` (``translators.render.schemas``).  Every failure — syntax,
 undefined variable, runtime error in an included/extended template, sandbox violation, a
 ``RenderLimits`` bound, unparsable output, schema violation — raises ``TranslationError`` with
 the real template name and line (and ``field`` for schema errors).
 
-**Where a render runs**: with a ``pool`` (``translators.renderpool``, what the agent and
+**Where a render runs**: with a ``pool`` (``translators.render.pool``, what the agent and
 ``vkgate render`` use), in a worker process with hard memory and CPU limits — the text is
 rendered and parsed there, validated here; without one, here in a watchdog thread.  Both run
 the same functions (``render_text_in``, ``parse_in``, ``check_in``) on the same environment
@@ -55,7 +55,7 @@ import jinja2
 import jinja2.meta
 from jinja2.exceptions import SecurityError
 
-from translators import plugins, schemas
+from translators import plugins
 from translators.base import (
     OWNER_KEY,
     OWNER_VALUE,
@@ -63,10 +63,11 @@ from translators.base import (
     ResolvedPod,
     TranslationError,
 )
-from translators.filters import FILTERS
-from translators.output import parse_output
-from translators.renderpool import RemoteEnv, RenderPool, map_line
-from translators.sandbox import LimitedSandbox, LimitExceeded, RenderLimits, run_limited
+from translators.render import schemas
+from translators.render.filters import FILTERS
+from translators.render.output import parse_output
+from translators.render.pool import RemoteEnv, RenderPool, map_line
+from translators.render.sandbox import LimitedSandbox, LimitExceeded, RenderLimits, run_limited
 
 __all__ = [
     "ANNOTATION",
@@ -486,7 +487,7 @@ class Renderer:
 # --------------------------------------------------------------------------- one render
 #
 # What a render is, wherever it runs: here in a thread (no pool) or in a render worker
-# (translators/renderworker.py), which builds the same environment from a ``RemoteEnv``.
+# (translators/render/worker.py), which builds the same environment from a ``RemoteEnv``.
 
 
 def make_env(
@@ -536,7 +537,7 @@ def render_text_in(
 
 
 def parse_in(template: str, text: str, limits: RenderLimits) -> Any:
-    """Rendered text → data (``translators.output``) under ``limits``."""
+    """Rendered text → data (``translators.render.output``) under ``limits``."""
     try:
         return run_limited(
             lambda: parse_output(

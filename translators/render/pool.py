@@ -1,12 +1,12 @@
 """Render in worker processes with hard limits: the outer wall around the sandbox.
 
-The sandbox (``translators.sandbox``) bounds what a template can build, operation by
+The sandbox (``translators.render.sandbox``) bounds what a template can build, operation by
 operation, and stops a runaway loop at its deadline.  What it cannot stop from inside the agent
 is one C call that holds the GIL: hashing or comparing a graph of shared tuples
 (``{% set t = (t, t) %}`` thirty times, then ``{t: 1}``) is hours of CPU in one call, during
 which no other thread of the process runs — not the event loop, not ``/healthz``, not the
 watchdog.  Nor can it bound what an operation nobody has thought of allocates.  So a render
-runs in a worker process (``translators.renderworker``), and the agent only waits on a pipe:
+runs in a worker process (``translators.render.worker``), and the agent only waits on a pipe:
 
 * **memory**: the worker's address space is capped (``RLIMIT_AS``, its size after start-up
   plus ``max_memory``); an allocation past it is a ``MemoryError`` in the render, reported
@@ -52,7 +52,7 @@ from translators.base import TranslationError
 
 __all__ = ["RemoteEnv", "RenderPool", "map_line", "template_frame"]
 
-log = logging.getLogger("translators.renderpool")
+log = logging.getLogger("translators.render.pool")
 
 #: Environments (overlay versions) a worker keeps; the parent resends one it dropped.
 _ENVS = 4
@@ -127,7 +127,7 @@ class _Worker:
                 [
                     sys.executable,
                     "-m",
-                    "translators.renderworker",
+                    "translators.render.worker",
                     str(dump_w),
                     str(max_memory),
                     repr(grace),
@@ -297,7 +297,7 @@ def _close_all(workers: list[_Worker]) -> None:
 
 
 #: The directory that holds the ``translators`` package: the worker imports it from there.
-_ROOT = str(Path(__file__).resolve().parent.parent)
+_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def _python_path() -> list[str]:

@@ -1,7 +1,7 @@
 """``vkgate render`` and ``vkgate templates check``: see a template's result before deploying it.
 
 Both work offline (no cluster, no backend): the pod comes from a YAML file and is resolved by
-``gateway.offline`` with the agent's own env/volume rules.
+``gateway.templating.offline`` with the agent's own env/volume rules.
 
 ``vkgate render POD.yaml [--backend B] [--team T] [--template NAME] [--explain]
 [--show-secrets] [-c vkgate.toml]`` prints the backend request body exactly as ``create`` would
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway import config as cfg
-from gateway.offline import (
+from gateway.templating.offline import (
     OfflineError,
     SpecRenderer,
     check_templates,
@@ -42,7 +42,7 @@ from gateway.offline import (
 from translators import plugins
 from translators import securitycontext as scmod
 from translators.base import Features, TranslationError, TranslatorError, UnsupportedError
-from translators.rendering import Renderer, mask_secrets
+from translators.render.engine import Renderer, mask_secrets
 from vkgate_core.settings import SettingsError
 
 
@@ -52,9 +52,9 @@ def renderer_for(
     """A renderer configured like the agent's, without the ConfigMap overlay.  A render worker
     killed for a stuck render is already in the one line the command prints: the pool's own
     warning about it is not printed too."""
-    from gateway.templates_source import renderer_from_settings
+    from gateway.templating.source import renderer_from_settings
 
-    logging.getLogger("translators.renderpool").setLevel(logging.ERROR)
+    logging.getLogger("translators.render.pool").setLevel(logging.ERROR)
 
     return renderer_from_settings(settings.templates, extra_dirs=extra_dirs or [], kinds=kinds)
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import jinja2
 
-from translators.quantity import UNITS as _UNITS
-from translators.quantity import parse_quantity
+from translators.base import parse_quantity
+from vkgate_core.quantity import UNITS as _UNITS
 
 _ROUNDING: dict[str, Callable[[Fraction], int]] = {
     "ceil": math.ceil,

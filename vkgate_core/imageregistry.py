@@ -2,7 +2,8 @@
 
 Pure functions shared by the gateway (which keeps only the ``imagePullSecrets`` credentials
 that match one of the pod's images) and every translator (which picks the credential for each
-container's image).  Kept in ``translators/`` because translators never import the gateway.
+container's image).  A Kubernetes helper (the kubelet's credential keyring), so it lives in the neutral core,
+below both the gateway and the translators.
 
 Rules (the kubelet's credential keyring, ``pkg/credentialprovider``, plus Docker's reference
 parsing), with the differences noted:
@@ -29,14 +30,29 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Sequence
-
-from translators.base import RegistryCredential
+from dataclasses import dataclass, field
 
 DOCKER_HUB = "docker.io"
 HUB_ALIASES = frozenset(
     {"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"}
 )
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryCredential:
+    """Registry login from a pod's ``imagePullSecrets`` (resolved by the gateway).
+
+    ``server`` is normalized: no scheme, no ``/v1/``/``/v2/`` suffix, Docker Hub spelled
+    ``docker.io``; it may carry a repository path (``quay.io/team``) or a ``*.`` wildcard
+    host.  ``credential_for(image, creds)`` picks the one for an image.
+    ``auth_source`` says where it came from (``secret/<name>``).  The password is never in
+    ``repr``."""
+
+    server: str
+    username: str
+    password: str = field(repr=False)
+    auth_source: str = ""
 
 
 def image_location(image: str) -> tuple[str, str]:

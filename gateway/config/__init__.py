@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
-from gateway import config_nodes
+from gateway.config import nodes as config_nodes
 from gateway.names import TAINT_EFFECTS, label_value_error, qualified_name_error
 from translators import plugins
 from vkgate_core.settings import Setting, SettingsError, coerce, merge_tables
@@ -303,7 +303,7 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     backend: BackendSettings = field(default_factory=BackendSettings)
     ha: HaSettings = field(default_factory=HaSettings)
-    #: ``[[nodes]]`` (gateway.config_nodes): each virtual node's whole effective settings,
+    #: ``[[nodes]]`` (gateway.config.nodes): each virtual node's whole effective settings,
     #: the sections above being their shared defaults; empty: the one node of ``[node]``.
     nodes: list[Settings] = field(default_factory=list)
 
@@ -464,7 +464,7 @@ def validate(s: Settings, environ: Mapping[str, str] | None = None) -> Settings:
             "kubelet.authorization",
             f"must be webhook or always-allow, got {s.kubelet.authorization!r}",
         )
-    from translators.quantity import parse_quantity
+    from vkgate_core.quantity import parse_quantity
 
     for res, q in s.node.capacity.items():
         try:
