@@ -174,7 +174,13 @@ def check_probes(
                     why = "grpc probes are not run by vkgate"
                 elif handler == "exec" and not can_exec:
                     why = f"exec probes need exec into the container, which the {backend} backend lacks"
-                elif handler in ("httpGet", "tcpSocket") and not features.routable_pod_ip:
+                elif (
+                    handler in ("httpGet", "tcpSocket")
+                    and not features.routable_pod_ip
+                    # an explicit host is dialled as it is, like the kubelet does: it needs
+                    # no pod address
+                    and not (probe.get(handler) or {}).get("host")
+                ):
                     why = f"the {backend} backend gives pods no address vkgate can probe"
                 if why:
                     out.append(

@@ -233,3 +233,34 @@ def test_render_isolation_bench_runs_every_mode(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     for label in ("in the agent (`render_workers = 0`)", "1 worker", "2 workers"):
         assert label in out
+
+
+def test_the_probed_pods_bench_reports_cost_and_latency_against_its_targets() -> None:
+    from bench import probes_status
+
+    pod = probes_status.pod_manifest("p0001", "ns", "node", 18765, 10)
+    probe = pod["spec"]["containers"][0]["readinessProbe"]
+    assert probe["tcpSocket"] == {"host": "127.0.0.1", "port": 18765}
+    assert (
+        "readinessProbe"
+        not in probes_status.pod_manifest("p", "ns", "n", None, 10)["spec"]["containers"][0]
+    )
+    assert probes_status._pct([float(i) for i in range(100)], 0.99) == 99.0
+    args = probes_status.parse_args(["--pods", "10", "--period", "5"])
+    lat = {"p50": 2.0, "p99": 6.5, "max": 6.9}
+    text = probes_status.markdown(
+        {
+            "baseline": {"cores_at_rest": 0.01, "to_all_ready": 1.0},
+            "probed": {
+                "cores_at_rest": 0.03,
+                "to_all_ready": 2.0,
+                "flip_to_unready": lat,
+                "flip_to_ready": {**lat, "p99": 4.0},
+            },
+        },
+        args=args,
+        machine=["- machine: test"],
+    )
+    assert "**0.020** (target ≤ 0.05)" in text
+    assert "| closed → Ready=False | 2.00 s | 6.50 s | 6.90 s | ≤ 6 s: **not met** |" in text
+    assert "| reopened → Ready=True | 2.00 s | 4.00 s | 6.90 s | ≤ 6 s: met |" in text
