@@ -36,6 +36,19 @@ SECRET_KEY = re.compile(
 MASK = "*****"
 #: ``node.daemonsets``: what the node does with a pod a DaemonSet owns (gateway.pods.admission).
 DAEMONSET_POLICIES = ("refuse", "run")
+#: ``node.ignore_pod_fields``: the probe and hook fields a node may run without where its backend
+#: cannot honour them (gateway.pods.features.check_probes; docs/design/probes.md, "Ignored
+#: fields"): a probe kind or a hook, alone (every handler) or with one handler.
+PROBE_FIELDS = ("startupProbe", "readinessProbe", "livenessProbe")
+PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+HOOK_FIELDS = ("lifecycle.postStart", "lifecycle.preStop")
+HOOK_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")
+IGNORABLE_POD_FIELDS = (
+    *PROBE_FIELDS,
+    *(f"{p}.{h}" for p in PROBE_FIELDS for h in PROBE_HANDLERS),
+    *HOOK_FIELDS,
+    *(f"{k}.{h}" for k in HOOK_FIELDS for h in HOOK_HANDLERS),
+)
 
 
 class ConfigError(SettingsError):
@@ -106,6 +119,14 @@ class NodeSettings:
     daemonsets: str = field(
         default="refuse",
         metadata=doc("DaemonSet pods: refuse (Failed; the DaemonSet controller backs off) or run"),
+    )
+    ignore_pod_fields: list[str] = field(
+        default_factory=list,
+        metadata=doc(
+            "Probe/hook fields run without (a Warning Event) where the backend cannot honour "
+            "them, instead of refusing the pod: readinessProbe, livenessProbe.exec, "
+            "lifecycle.preStop, …"
+        ),
     )
 
 
@@ -459,6 +480,14 @@ def validate(s: Settings, environ: Mapping[str, str] | None = None) -> Settings:
         )
     if s.node.daemonsets not in DAEMONSET_POLICIES:
         raise ConfigError("node.daemonsets", f"must be refuse or run, got {s.node.daemonsets!r}")
+    for i, name in enumerate(s.node.ignore_pod_fields):
+        if name not in IGNORABLE_POD_FIELDS:
+            raise ConfigError(
+                f"node.ignore_pod_fields[{i}]",
+                f"{name!r} is not a probe or hook field (a probe kind such as readinessProbe, "
+                "optionally with a handler: livenessProbe.exec; or lifecycle.postStart / "
+                "lifecycle.preStop, optionally with a handler: lifecycle.preStop.httpGet)",
+            )
     if s.kubelet.authorization not in {"webhook", "always-allow"}:
         raise ConfigError(
             "kubelet.authorization",

@@ -144,17 +144,6 @@ class PodController:
             host_ip=host_ip,
             ephemeral_containers="ephemeralContainers" in translator.features.pod_features,
         )
-        #: Container probes (gateway.probes): readiness verdicts are one more input of the
-        #: status manager; the pod is synced again when one changes.
-        self.prober = Prober(
-            Handlers(executor=translator if isinstance(translator, Executor) else None),
-            events,
-            clock=self.clock,
-            set_readiness=self.status.set_container_readiness,
-            queue=lambda key: self.queue.add(PodKey(key)),
-            restart=self._restart_container if isinstance(translator, Restarter) else None,
-            set_started=self.status.set_container_started,
-        )
         resolver = Resolver(
             self.refs,
             features=translator.features,
@@ -166,6 +155,19 @@ class PodController:
             teams=settings.templates.teams,
             daemonsets=settings.node.daemonsets,
             can_exec=isinstance(translator, Executor),
+            ignore_pod_fields=settings.node.ignore_pod_fields,
+        )
+        #: Container probes (gateway.probes): readiness verdicts are one more input of the
+        #: status manager; the pod is synced again when one changes.
+        self.prober = Prober(
+            Handlers(executor=translator if isinstance(translator, Executor) else None),
+            events,
+            clock=self.clock,
+            set_readiness=self.status.set_container_readiness,
+            queue=lambda key: self.queue.add(PodKey(key)),
+            restart=self._restart_container if isinstance(translator, Restarter) else None,
+            set_started=self.status.set_container_started,
+            skip=lambda pod: [u.field for u in resolver.ignored(pod)],
         )
         self.actor = PodActor(
             translator,

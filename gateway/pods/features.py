@@ -26,11 +26,15 @@ merged as the kubelet does) are checked against ``Features.security_context``, t
 with the same reason: a restriction the backend cannot enforce fails the pod closed instead of
 running it relaxed — unless the node relaxes that field (``Features.relaxed_security_context``),
 which the resolver reports as a Warning Event (``REASON_RELAXED``) on every such pod.
+
+Probes and lifecycle hooks (``check_probes``) a backend cannot honour are refused the same way,
+unless the node lists the field in ``node.ignore_pod_fields``: then the pod runs without that
+probe or hook (the prober skips it) and carries a Warning Event (``REASON_IGNORED``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +44,9 @@ from translators.base import Features
 REASON_FEATURE = "UnsupportedPodFeature"
 REASON_VOLUME = "UnsupportedVolume"
 REASON_RELAXED = "SecurityContextRelaxed"
+#: A probe or hook the backend cannot honour, run without because the node says so
+#: (``node.ignore_pod_fields``): a Warning Event instead of ``UnsupportedPodFeature``.
+REASON_IGNORED = "PodFieldIgnored"
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,11 @@ def relaxed_security(pod: Mapping[str, Any], features: Features) -> list[tuple[s
 def check_probes(
     pod: Mapping[str, Any], features: Features, *, can_exec: bool, backend: str
 ) -> list[Unsupported]:
-    """The probes and lifecycle hooks of ``pod`` vkgate cannot run on this backend."""
+    """The probes and lifecycle hooks of ``pod`` vkgate cannot run on this backend.
+
+    ``feature`` is ``<probe kind>.<handler>`` (``readinessProbe.exec``) or
+    ``lifecycle.<hook>.<handler>`` (``lifecycle.preStop.exec``): the names
+    ``node.ignore_pod_fields`` matches (``ignored``)."""
     out: list[Unsupported] = []
     spec = pod.get("spec") or {}
     for c in spec.get("containers") or []:
@@ -170,15 +181,13 @@ def check_probes(
                     continue
                 where = f"spec.containers[{name}].{kind}.{handler}"
                 why = None
-                if handler == "grpc":
-                    why = "grpc probes are not run by vkgate"
-                elif handler == "exec" and not can_exec:
+                if handler == "exec" and not can_exec:
                     why = f"exec probes need exec into the container, which the {backend} backend lacks"
                 elif (
-                    handler in ("httpGet", "tcpSocket")
+                    handler != "exec"
                     and not features.routable_pod_ip
                     # an explicit host is dialled as it is, like the kubelet does: it needs
-                    # no pod address
+                    # no pod address (a grpc probe has no host field)
                     and not (probe.get(handler) or {}).get("host")
                 ):
                     why = f"the {backend} backend gives pods no address vkgate can probe"
@@ -192,14 +201,130 @@ def check_probes(
                         )
                     )
         for hook in ("postStart", "preStop"):
-            if ((c.get("lifecycle") or {}).get(hook)) is not None:
+            action = (c.get("lifecycle") or {}).get(hook)
+            if action is not None:
                 where = f"spec.containers[{name}].lifecycle.{hook}"
+                handler = next((h for h in action if action.get(h) is not None), "")
                 out.append(
                     Unsupported(
                         field=where,
-                        feature=f"lifecycle.{hook}",
+                        feature=f"lifecycle.{hook}.{handler}" if handler else f"lifecycle.{hook}",
                         reason=REASON_FEATURE,
                         message=f"{where}: lifecycle hooks are not run on the {backend} backend",
                     )
                 )
+    return out
+
+
+def ignored_by(feature: str, ignore: Collection[str]) -> str | None:
+    """The ``node.ignore_pod_fields`` entry that covers ``feature`` (the entry itself or a
+    prefix of it: ``readinessProbe`` covers ``readinessProbe.exec``), or None."""
+    for entry in ignore:
+        if feature == entry or feature.startswith(entry + "."):
+            return entry
+    return None
+
+
+def partition_ignored(
+    found: list[Unsupported], ignore: Collection[str]
+) -> tuple[list[Unsupported], list[Unsupported]]:
+    """``found`` (``check_probes``) split into (refused, ignored by the node's setting)."""
+    refused: list[Unsupported] = []
+    ignored: list[Unsupported] = []
+    for u in found:
+        (ignored if ignored_by(u.feature, ignore) else refused).append(u)
+    return refused, ignored
+
+
+def ignored_message(u: Unsupported, ignore: Collection[str]) -> str:
+    """The Warning Event (``REASON_IGNORED``) for a probe or hook the node runs without."""
+    why = u.message.removeprefix(f"{u.field}: ")
+    return (
+        f"{u.field}: ignored, this pod runs without it: {why} (node.ignore_pod_fields lists "
+        f"{ignored_by(u.feature, ignore)!r}; without that the pod would be refused)"
+    )
+
+
+def _how(handler: str, backend: str) -> str:
+    match handler:
+        case "exec":
+            return f"the command through the {backend} backend's exec (as kubectl exec)"
+        case "httpGet" | "tcpSocket":
+            return f"{handler} straight to the pod's address"
+        case "grpc":
+            return "grpc.health.v1.Health/Check straight to the pod's address"
+        case "sleep":
+            return "a timer in vkgate"
+    return handler
+
+
+def not_carried(
+    pod: Mapping[str, Any],
+    features: Features,
+    *,
+    can_exec: bool,
+    backend: str,
+    ignore: Collection[str] = (),
+) -> list[tuple[str, str]]:
+    """(field, fate) of every probe and lifecycle hook of ``pod``: fields no backend spec
+    carries (the kubelet runs them itself; so does vkgate where it can) — run by vkgate, run
+    without (``node.ignore_pod_fields``), or refused (``vkgate render --explain``)."""
+    found = {u.field: u for u in check_probes(pod, features, can_exec=can_exec, backend=backend)}
+    out: list[tuple[str, str]] = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        name = c.get("name", "")
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = c.get(kind) or {}
+            for handler in ("httpGet", "tcpSocket", "grpc", "exec"):
+                if probe.get(handler) is None:
+                    continue
+                where = f"spec.containers[{name}].{kind}.{handler}"
+                out.append((where, _fate(found.get(where), handler, ignore, backend, "prober")))
+        for hook in ("postStart", "preStop"):
+            action = (c.get("lifecycle") or {}).get(hook)
+            if action is None:
+                continue
+            where = f"spec.containers[{name}].lifecycle.{hook}"
+            handler = next((h for h in action if action.get(h) is not None), "")
+            out.append((where, _fate(found.get(where), handler, ignore, backend, "pod sync")))
+    return out
+
+
+def _fate(
+    u: Unsupported | None, handler: str, ignore: Collection[str], backend: str, runner: str
+) -> str:
+    if u is None:
+        return f"not in the {backend} spec: run by vkgate's {runner}: {_how(handler, backend)}"
+    entry = ignored_by(u.feature, ignore)
+    why = u.message.removeprefix(f"{u.field}: ")
+    if entry is not None:
+        return (
+            f"ignored by this node (node.ignore_pod_fields: {entry!r}): the pod runs without "
+            f"it, with a Warning Event {REASON_IGNORED} ({why})"
+        )
+    return f"refused ({u.reason}): {why}"
+
+
+def catalogue(
+    features: Features, *, can_exec: bool, backend: str, ignore: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """(field, fate) of every probe kind and handler, and every hook and handler, on this backend
+    (``vkgate templates check``)."""
+    out: list[tuple[str, str]] = []
+    containers: list[dict[str, Any]] = []
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        for handler in ("exec", "httpGet", "tcpSocket", "grpc"):
+            containers.append({"name": "c", kind: {handler: {}}})
+    for hook in ("postStart", "preStop"):
+        for handler in ("exec", "httpGet", "sleep"):
+            containers.append({"name": "c", "lifecycle": {hook: {handler: {}}}})
+    for c in containers:
+        pod = {"spec": {"containers": [c]}}
+        for where, fate in not_carried(
+            pod, features, can_exec=can_exec, backend=backend, ignore=ignore
+        ):
+            field = where.removeprefix("spec.containers[c].")
+            if "lifecycle." in field:
+                field += "." + next(iter(c["lifecycle"][field.rsplit(".", 1)[1]]))
+            out.append((field, fate))
     return out

@@ -49,7 +49,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -379,10 +379,13 @@ class Resolver:
         teams: Mapping[str, str] | None = None,
         daemonsets: str = "refuse",
         can_exec: bool = False,
+        ignore_pod_fields: Collection[str] = (),
     ) -> None:
         """``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.admission);
-        ``can_exec``: the translator is an ``Executor`` (exec probes can run)."""
+        ``can_exec``: the translator is an ``Executor`` (exec probes can run);
+        ``ignore_pod_fields``: ``node.ignore_pod_fields`` (gateway.pods.features)."""
         self.refs = refs
+        self.ignore_pod_fields = tuple(ignore_pod_fields)
         self.can_exec = can_exec
         self.daemonsets = daemonsets
         #: namespace → team, for namespaces without the team label (``templates.teams``).
@@ -399,9 +402,7 @@ class Resolver:
         cannot provide (no I/O)."""
         found = admod.node_policy(pod, daemonsets=self.daemonsets)
         found += featmod.check_pod(pod, self.features, backend=self.backend)
-        found += featmod.check_probes(
-            pod, self.features, can_exec=self.can_exec, backend=self.backend
-        )
+        found += featmod.partition_ignored(self._probes(pod), self.ignore_pod_fields)[0]
         kinds = self.features.volume_kinds
         for vol in (pod.get("spec") or {}).get("volumes") or []:
             kind = volmod.volume_kind(vol)
@@ -410,6 +411,18 @@ class Resolver:
                     featmod.unsupported_volume(str(vol.get("name")), kind, backend=self.backend)
                 )
         return found
+
+    def _probes(self, pod: Pod) -> list[featmod.Unsupported]:
+        return featmod.check_probes(
+            pod, self.features, can_exec=self.can_exec, backend=self.backend
+        )
+
+    def ignored(self, pod: Pod) -> list[featmod.Unsupported]:
+        """The probes and hooks of ``pod`` the backend cannot honour and the node runs without
+        (``node.ignore_pod_fields``): the prober skips them, each is a Warning Event."""
+        if not self.ignore_pod_fields:
+            return []
+        return featmod.partition_ignored(self._probes(pod), self.ignore_pod_fields)[1]
 
     def pod_ips(self, pod: Pod) -> tuple[str, ...]:
         status = pod.get("status") or {}
@@ -427,6 +440,14 @@ class Resolver:
         out = Resolution(unsupported=self.admission(pod))
         if out.unsupported:
             return out
+        for u in self.ignored(pod):
+            out.events.append(
+                Event(
+                    "Warning",
+                    featmod.REASON_IGNORED,
+                    featmod.ignored_message(u, self.ignore_pod_fields),
+                )
+            )
         for where, feature in featmod.relaxed_security(pod, self.features):
             out.events.append(
                 Event(

@@ -1,8 +1,10 @@
 """One probe attempt: ``httpGet`` and ``tcpSocket`` straight to the pod's address (vkgate can
 dial it where ``Features.routable_pod_ip``: host networking), ``exec`` through the translator's
-``Executor``.  Results and failure messages follow the kubelet's (``pkg/probe/http``,
-``pkg/probe/tcp``, ``pkg/probe/exec``): an HTTP status in [200, 400) succeeds; an exec succeeds
-on exit code 0 and its output is the message; a timeout fails."""
+``Executor``, ``grpc`` with a small HTTP/2 client of its own (gateway.probes.grpc).  Results and
+failure messages follow the kubelet's (``pkg/probe/http``, ``pkg/probe/tcp``,
+``pkg/probe/exec``, ``pkg/probe/grpc``): an HTTP status in [200, 400) succeeds; an exec succeeds
+on exit code 0 and its output is the message; a grpc health check succeeds on ``SERVING``; a
+timeout fails."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.probes import grpc as grpcmod
 from translators.base import Executor, PodRef
 
 #: Output kept from an exec probe or an HTTP body (the kubelet keeps 10 KiB).
@@ -71,6 +74,8 @@ class Handlers:
                 return await self.tcp_socket(action, target, limit)
             case "exec":
                 return await self.exec(action.get("command") or [], target, limit)
+            case "grpc":
+                return await self.grpc(action, target, limit)
         return Result(False, f"{handler} probes are not run by vkgate")
 
     async def http_get(self, action: Mapping[str, Any], target: Target, limit: float) -> Result:
@@ -146,6 +151,22 @@ class Handlers:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
         return Result(True)
+
+    async def grpc(self, action: Mapping[str, Any], target: Target, limit: float) -> Result:
+        """``grpc.health.v1.Health/Check`` on the pod's address and ``port`` (the API has no
+        ``host`` field: the kubelet dials the pod IP), ``service`` as given (empty: the
+        server's overall health); ``SERVING`` succeeds (gateway.probes.grpc)."""
+        port = resolve_port(action.get("port"), target)
+        if port is None:
+            return Result(False, f"unknown port {action.get('port')!r}")
+        ok, message = await grpcmod.check(
+            target.pod_ip,
+            port,
+            str(action.get("service") or ""),
+            limit,
+            user_agent=USER_AGENT,
+        )
+        return Result(ok, message)
 
     async def exec(self, command: Sequence[str], target: Target, limit: float) -> Result:
         if self.executor is None:

@@ -17,18 +17,21 @@ manager").
   has no readiness probe — until that probe passes.
 * A liveness or startup verdict of failure is handed to ``restart`` (None: an Event says the
   container would be restarted, and nothing else happens).
+* A probe the node runs without (``skip``: the fields ``node.ignore_pod_fields`` covers where
+  the backend cannot honour them, gateway.pods.features) gets no worker: the container is as
+  if it did not declare it.  Asked once per pod (a pod's probes are immutable).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from gateway.kube.events import EventRecorder
 from gateway.probes.handlers import Handlers, Result, Target
-from gateway.probes.spec import Kind, probes_of
+from gateway.probes.spec import Kind, ProbeSpec, probes_of
 from gateway.probes.worker import Worker
 from translators.base import ContainerState, PodRef, WorkloadState
 from vkgate_core.clock import Clock
@@ -74,6 +77,7 @@ class Prober:
         queue: Callable[[str], None],
         restart: Restart | None = None,
         set_started: Callable[[str, str, bool], bool] = lambda uid, name, started: False,
+        skip: Callable[[Pod], Collection[str]] = lambda pod: (),
     ) -> None:
         self.handlers = handlers
         self.events = events
@@ -82,6 +86,9 @@ class Prober:
         self.queue = queue
         self.restart = restart
         self.set_started = set_started
+        self.skip = skip
+        #: uid → the ``spec.containers[c].<kind>Probe`` fields the node runs without.
+        self._skipped: dict[str, frozenset[str]] = {}
         #: uid → container → its workers.
         self._pods: dict[str, dict[str, _Container]] = {}
         #: uid → the pod's latest object (Events are about it).
@@ -98,13 +105,20 @@ class Prober:
         containers = [c for c in spec.get("containers") or [] if probes_of(c)]
         if not containers and uid not in self._pods:
             return
+        skipped = self._skipped.get(uid)
+        if skipped is None:
+            skipped = self._skipped[uid] = frozenset(
+                f.rsplit(".", 1)[0] for f in self.skip(pod) if ".lifecycle." not in f
+            )
+        if skipped:
+            containers = [c for c in containers if self._probes(c, skipped)]
         self._objects[uid] = pod
         running = {c.name: c for c in (state.containers if state else ()) if c.state == "running"}
         pod_ip = (state.pod_ip if state else "") or str((pod.get("status") or {}).get("podIP", ""))
         mine = self._pods.setdefault(uid, {})
         for c in containers:
             name = str(c.get("name", ""))
-            probes = probes_of(c)
+            probes = self._probes(c, skipped)
             cs = running.get(name)
             have = mine.get(name)
             if have is not None and (cs is None or _instance(cs) != have.instance or not pod_ip):
@@ -125,10 +139,23 @@ class Prober:
         for name in set(mine) - {str(c.get("name", "")) for c in containers}:
             mine.pop(name).stop()
 
+    @staticmethod
+    def _probes(container: Mapping[str, Any], skipped: frozenset[str]) -> dict[Kind, ProbeSpec]:
+        probes = probes_of(container)
+        if skipped:
+            name = container.get("name", "")
+            probes = {
+                k: p
+                for k, p in probes.items()
+                if f"spec.containers[{name}].{k.field}" not in skipped
+            }
+        return probes
+
     def forget(self, uid: str) -> None:
         for c in (self._pods.pop(uid, None) or {}).values():
             c.stop()
         self._objects.pop(uid, None)
+        self._skipped.pop(uid, None)
 
     def stop(self) -> None:
         for uid in list(self._pods):

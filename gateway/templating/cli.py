@@ -8,13 +8,16 @@ Both work offline (no cluster, no backend): the pod comes from a YAML file and i
 send it (indented JSON on stdout; secrets masked as ``*****`` unless ``--show-secrets``) — for
 Nomad the job body plus, under ``"Variable"``, the Nomad Variable written before it, which holds
 the pod's files and Secret env values (docs/design/secrets.md).
-``--explain`` writes the lookup trace (team, annotation, team template, default, source file)
-and resolution notes to stderr, so stdout stays the spec.  Exit status: 0 rendered, 1 the
+``--explain`` writes the lookup trace (team, annotation, team template, default, source file),
+resolution notes and the pod fields the spec does not carry (probes and lifecycle hooks: run by
+vkgate, ignored by the node or refused, gateway.pods.features.not_carried) to stderr, so stdout
+stays the spec.  Exit status: 0 rendered, 1 the
 template/schema/pod failed (the message names ``template:line`` and the field), 2 usage.
 
 ``vkgate templates check [DIR] [--backend B]`` renders every entry template — packaged and
 those in DIR (same layout: ``nomad/job.j2``, ``teams/<team>/nomad/job.j2``; ``_*`` files are
-partials) — against the sample pods in ``templates/samples`` and prints one line per failure and
+partials) — against the sample pods in ``templates/samples`` and prints one line per failure,
+per backend the probe and hook fields no template carries with their fate on that backend, and
 a summary.  Exit 1 on any failure, so a team can run it in CI on its template repository.
 """
 
@@ -25,11 +28,12 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from gateway import config as cfg
+from gateway.pods import features as featmod
 from gateway.templating.offline import (
     OfflineError,
     SpecRenderer,
@@ -135,6 +139,8 @@ def render_main(
         allocatable=settings.node.capacity,
         teams=settings.templates.teams,
         daemonsets=settings.node.daemonsets,
+        can_exec=spec_renderer.can_exec,
+        ignore_pod_fields=settings.node.ignore_pod_fields,
     )
 
     def explain(choice: Any) -> None:
@@ -147,6 +153,7 @@ def render_main(
                 notes=resolved.notes,
                 choice=choice,
                 pod=inputs.pod,
+                ignore=settings.node.ignore_pod_fields,
             )
 
     if resolved.pod is None:
@@ -191,6 +198,7 @@ def _print_explain(
     notes: list[str],
     choice: Any,
     pod: Mapping[str, Any],
+    ignore: Sequence[str] = (),
 ) -> None:
     lines = [f"pod file: {source}", f"backend: {backend}; rendered by {sr.via}"]
     if choice is not None:
@@ -202,6 +210,12 @@ def _print_explain(
     lines.extend(f"  - {d}" for d in sr.renderer.dirs)
     lines.extend(f"note: {n}" for n in notes)
     lines.extend(_security_lines(pod, sr.features, backend=backend))
+    carried = featmod.not_carried(
+        pod, sr.features, can_exec=sr.can_exec, backend=backend, ignore=ignore
+    )
+    if carried:
+        lines.append(f"pod fields the {backend} spec does not carry:")
+        lines.extend(f"  {where}: {fate}" for where, fate in carried)
     for line in lines:
         print(f"# {line}", file=err)
 
@@ -262,6 +276,8 @@ def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None)
         print(f"FAIL {problem}", file=out)
     for r in failed:
         print(f"FAIL {r.template} [{r.sample}]: {r.message}", file=out)
+    for b in backends:
+        _print_catalogue(out, renderer, b, tables[b], first.get(b, settings))
     templates_seen = sorted({r.template for r in results})
     print(
         f"{len(templates_seen)} template(s), {len(samples)} sample pod(s): {len(ok)} ok, "
@@ -273,3 +289,20 @@ def templates_check_main(args: argparse.Namespace, *, out: TextIO | None = None)
         print("FAIL no template rendered any sample pod: nothing was checked", file=out)
         return 1
     return 1 if failed or problems else 0
+
+
+def _print_catalogue(
+    out: TextIO, renderer: Renderer, backend: str, table: Mapping[str, Any], unit: cfg.Settings
+) -> None:
+    """The probe and hook fields no template carries, and their fate on this backend with this
+    node's ``ignore_pod_fields`` (the kubelet runs them itself: no backend spec field does)."""
+    try:
+        sr = SpecRenderer(renderer, backend=backend, settings=table, node_name=unit.node.name)
+    except OfflineError as exc:
+        print(f"{backend}: pod fields no template carries: unknown ({exc})", file=out)
+        return
+    print(f"{backend}: pod fields no template carries (probes, lifecycle hooks):", file=out)
+    for field, fate in featmod.catalogue(
+        sr.features, can_exec=sr.can_exec, backend=backend, ignore=unit.node.ignore_pod_fields
+    ):
+        print(f"  {field}: {fate}", file=out)

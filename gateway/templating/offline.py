@@ -33,7 +33,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +45,7 @@ from gateway.pods.resolve import Kind, Resolver
 from translators import plugins
 from translators.base import (
     JSON,
+    Executor,
     FeatureAware,
     Features,
     Renderable,
@@ -282,12 +283,15 @@ def resolve(
     allocatable: Mapping[str, str] | None = None,
     teams: Mapping[str, str] | None = None,
     daemonsets: str = "refuse",
+    can_exec: bool = False,
+    ignore_pod_fields: Collection[str] = (),
 ) -> Resolved:
     """Resolve ``inputs`` with the agent's own ``Resolver`` (see ``FileLookups``).
 
     ``team`` (``--team``) wins over the Namespace document's label; ``teams`` is the config's
-    namespace → team map; ``host_ip``, ``allocatable`` and ``daemonsets`` stand for the
-    node's."""
+    namespace → team map; ``host_ip``, ``allocatable``, ``daemonsets``, ``can_exec`` (the
+    backend runs commands in containers: ``SpecRenderer.can_exec``) and ``ignore_pod_fields``
+    stand for the node's."""
     pod = inputs.pod
     lookups = FileLookups(inputs, team=team)
     resolver = Resolver(
@@ -299,6 +303,8 @@ def resolve(
         allocatable=lambda: dict(allocatable or {}),
         teams=teams,
         daemonsets=daemonsets,
+        can_exec=can_exec,
+        ignore_pod_fields=ignore_pod_fields,
     )
     res = _run(resolver.resolve(pod))
     notes = list(dict.fromkeys(lookups.notes))
@@ -352,6 +358,11 @@ class SpecRenderer:
         )
         self.features: Features = (
             self.translator.features if isinstance(self.translator, FeatureAware) else spec.features
+        )
+        #: The live translator runs commands in containers (an ``Executor``: exec probes run);
+        #: an offline stand-in that is not one says so with a ``can_exec`` attribute.
+        self.can_exec: bool = isinstance(self.translator, Executor) or bool(
+            getattr(self.translator, "can_exec", False)
         )
 
     @property

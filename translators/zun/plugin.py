@@ -37,6 +37,9 @@ class OfflineZun:
     """Renders what ``ZunTranslator.create`` would send, from settings alone: no Keystone login,
     the configured microversion taken as the negotiated one."""
 
+    #: ``ZunTranslator`` is an ``Executor`` (translators/zun/exec.py): exec probes run live.
+    can_exec = True
+
     def __init__(self, ctx: TranslatorContext) -> None:
         cfg = load_config(ctx.settings)
         version = parse_microversion(cfg.microversion)

@@ -160,7 +160,8 @@ async def test_a_probe_vkgate_cannot_run_refuses_the_pod_naming_the_field(
         "p-exec": "spec.containers[app].readinessProbe.exec: exec probes need exec",
         "p-http": "spec.containers[app].livenessProbe.httpGet: the simulated backend gives pods "
         "no address vkgate can probe",
-        "p-grpc": "spec.containers[app].startupProbe.grpc: grpc probes are not run by vkgate",
+        "p-grpc": "spec.containers[app].startupProbe.grpc: the simulated backend gives pods "
+        "no address vkgate can probe",
         "p-hook": "spec.containers[app].lifecycle.preStop: lifecycle hooks are not run",
     }
     for name, start in want.items():
