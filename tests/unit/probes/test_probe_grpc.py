@@ -152,3 +152,37 @@ def test_the_protobuf_messages() -> None:
     assert grpcmod.decode_status(b"\x12\x02hi\x08\x01\x1d\x00\x00\x00\x00") == 1
     with pytest.raises(ValueError):
         grpcmod.decode_status(b"\x08")
+
+
+def test_hpack_integers_and_the_request_frames() -> None:
+    # RFC 7541, C.1.1 and C.1.2
+    assert grpcmod._hpack_int(10, 5) == b"\x0a"
+    assert grpcmod._hpack_int(1337, 5) == b"\x1f\x9a\x0a"
+    raw = grpcmod.request_bytes("10.0.0.1:9090", "svc", 1.0, "kube-probe/1.31")
+    assert raw.startswith(grpcmod.PREFACE)
+    # the header block decodes to the kubelet's request (grpc-go's, as the kubelet sends it)
+    import hpack
+
+    frames = raw[len(grpcmod.PREFACE) :]
+    kinds = []
+    while frames:
+        size = int.from_bytes(frames[:3], "big")
+        kinds.append((frames[3], frames[4], frames[9 : 9 + size]))
+        frames = frames[9 + size :]
+    assert [(k, f) for k, f, _ in kinds] == [(4, 0), (1, 4), (0, 1)]
+    assert hpack.Decoder().decode(kinds[1][2]) == [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/grpc.health.v1.Health/Check"),
+        (":authority", "10.0.0.1:9090"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        ("user-agent", "kube-probe/1.31"),
+        ("grpc-timeout", "1000m"),
+    ]
+
+
+async def test_a_long_service_name(server: HealthServer) -> None:
+    name = "x" * 300  # lengths past the one-byte HPACK and protobuf forms
+    server.set(name, health_pb2.HealthCheckResponse.SERVING)
+    assert (await probe(server.port, name)).ok
