@@ -3,7 +3,7 @@ kind, each handler) and every lifecycle hook is refused with ``UnsupportedPodFea
 the field, before anything reaches Batch — unless the node lists the field in
 ``node.ignore_pod_fields``, and then the pod runs on Batch without it and a Warning Event names
 it (docs/design/probes.md, "Per backend").  The agent's own admission (``Resolver``, through
-``gateway.offline.resolve``) with the live ``BatchTranslator``'s features."""
+``gateway.templating.offline.resolve``) with the live ``BatchTranslator``'s features."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 from fake_batch import FakeBatch
 
-from gateway import offline
+from gateway.templating import offline
 from translators.base import Executor, Phase
 from translators.batch import BatchTranslator
 
