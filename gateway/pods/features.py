@@ -250,7 +250,7 @@ def _how(handler: str, backend: str) -> str:
         case "exec":
             return f"the command through the {backend} backend's exec (as kubectl exec)"
         case "httpGet" | "tcpSocket":
-            return f"{handler} straight to the pod's address"
+            return f"{handler} straight to its host or the pod's address"
         case "grpc":
             return "grpc.health.v1.Health/Check straight to the pod's address"
         case "sleep":

@@ -67,7 +67,8 @@ def test_nomad_runs_every_probe_handler_in_vkgates_prober(
     got = fates(err)
     assert list(got) == [*PROBES, *HOOKS]
     assert got[PROBES[0]] == (
-        "not in the nomad spec: run by vkgate's prober: httpGet straight to the pod's address"
+        "not in the nomad spec: run by vkgate's prober: httpGet straight to its host or the pod's "
+        "address"
     )
     assert got[PROBES[1]].endswith("grpc.health.v1.Health/Check straight to the pod's address")
     assert got[PROBES[2]].endswith("the command through the nomad backend's exec (as kubectl exec)")

@@ -1,6 +1,7 @@
 """Azure Batch has no pod address vkgate can dial and no exec into a task: every probe (each
-kind, each handler) and every lifecycle hook is refused with ``UnsupportedPodFeature`` naming
-the field, before anything reaches Batch — unless the node lists the field in
+kind, each handler; an httpGet/tcpSocket with an explicit ``host`` excepted, which is dialled as
+it is: tests/unit/pods/test_pods_probe_host.py) and every lifecycle hook is refused with
+``UnsupportedPodFeature`` naming the field, before anything reaches Batch — unless the node lists the field in
 ``node.ignore_pod_fields``, and then the pod runs on Batch without it and a Warning Event names
 it (docs/design/probes.md, "Per backend").  The agent's own admission (``Resolver``, through
 ``gateway.templating.offline.resolve``) with the live ``BatchTranslator``'s features."""
