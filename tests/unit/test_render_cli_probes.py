@@ -149,3 +149,14 @@ def test_templates_check_lists_every_probe_and_hook_per_backend(
     assert blocks["batch"]["livenessProbe.exec"].startswith("refused (UnsupportedPodFeature)")
     assert blocks["batch"]["readinessProbe.tcpSocket"].startswith("ignored by this node")
     assert blocks["nomad"]["readinessProbe.tcpSocket"].startswith("not in the nomad spec")
+
+
+def test_offline_zun_says_can_exec_because_the_live_translator_is_an_executor() -> None:
+    """``OfflineZun.can_exec`` stands for ``ZunTranslator`` being an ``Executor``: keep them
+    in step (offline exec probes are judged by it)."""
+    from translators.base import Executor
+    from translators.zun import ZunTranslator
+    from translators.zun.plugin import OfflineZun
+
+    assert issubclass(ZunTranslator, Executor)
+    assert OfflineZun.can_exec is True
