@@ -426,6 +426,10 @@ class Features:
     #: so a projected service-account token requested again at 80 % of its lifetime reaches
     #: it; False: the token issued at create stays (a new one is no change to apply).
     updates_files_in_place: bool = False
+    #: The longest grace between SIGTERM and SIGKILL the backend honours (Nomad: the
+    #: client's ``max_kill_timeout``, a node setting); None: no cap.  A pod whose grace period
+    #: is longer gets an Event saying what will happen instead (``gateway.pods.decide``).
+    max_kill_timeout: int | None = None
 
 
 # --------------------------------------------------------------------------- protocols

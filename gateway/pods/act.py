@@ -57,6 +57,7 @@ from gateway.pods.plan import (
     Requeue,
     ResolveUpdate,
     Retry,
+    RunPreStop,
     Step,
     Stop,
     Submit,
@@ -67,6 +68,7 @@ from gateway.pods.queue import WorkQueue
 from gateway.pods.resolve import Resolution, Resolver
 from gateway.pods.statusmanager import FIRST_STATUS_DELAY, StatusManager, Write
 from gateway.pods.translation import TranslationRetries
+from gateway.probes.hooks import Hooks
 from translators.base import (
     BackendError,
     BackendNotFound,
@@ -133,6 +135,7 @@ class PodActor:
         queue: WorkQueue[QueueKey],
         clock: Clock,
         node: dc.Node,
+        hooks: Hooks | None = None,
     ) -> None:
         self.translator = translator
         self.kube = kube
@@ -147,6 +150,9 @@ class PodActor:
         self.queue = queue
         self.clock = clock
         self.node = node
+        #: Lifecycle hooks (gateway.probes.hooks): runs a deletion's preStop hooks, and says
+        #: where they are (``PodMemory.pre_stop``).
+        self.hooks = hooks
         #: What this actor did, per pod (it is the only writer).
         self.acts = ActMemory()
 
@@ -167,6 +173,7 @@ class PodActor:
             refs_version=run.refs_version,
             translation_wait=wait,
             attempt=self.queue.failures(key) + 1,
+            pre_stop=self.hooks.pre_stop(uid) if self.hooks is not None else "",
         )
         return await self._run(
             run, dc.decide(pod, run.observed, run.memory, now=run.now, node=self.node)
@@ -231,7 +238,10 @@ class PodActor:
             case Stop(grace=grace):
                 final = await self._backend_delete(run, grace)
                 self.acts.delete_requested(run.uid, grace)
-                return await self._run(run, dc.stopped(run.live, final, now=run.now))
+                return await self._run(run, dc.stopped(run.live, final, now=run.now, grace=grace))
+            case RunPreStop(grace=grace):
+                if self.hooks is not None:
+                    self.hooks.start_pre_stop(run.live, run.observed, grace)
             case BackendDelete(grace=grace):
                 await self._backend_delete(run, grace)
             case WorkloadGone():

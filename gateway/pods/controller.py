@@ -55,6 +55,7 @@ from gateway.pods.statusmanager import StatusManager
 from gateway.pods.teams import NamespaceTeams
 from gateway.pods.translation import TranslationRetries
 from gateway.probes.handlers import Handlers
+from gateway.probes.hooks import Hooks, grace_of
 from gateway.probes.manager import Prober
 from translators.base import (
     BackendThrottled,
@@ -168,6 +169,18 @@ class PodController:
             restart=self._restart_container if isinstance(translator, Restarter) else None,
             set_started=self.status.set_container_started,
             skip=lambda pod: [u.field for u in resolver.ignored(pod)],
+            pre_kill=self._pre_kill,
+        )
+        #: Lifecycle hooks (gateway.probes.hooks): postStart keeps a container waiting until
+        #: it returns (an input of the status manager); a deletion's preStop hooks run before
+        #: the backend is asked to stop (the plan's ``RunPreStop``).
+        self.hooks = Hooks(
+            self.prober.handlers,
+            events,
+            clock=self.clock,
+            set_starting=self.status.set_container_starting,
+            queue=lambda key: self.queue.add(PodKey(key)),
+            restart=self._restart_container if isinstance(translator, Restarter) else None,
         )
         self.actor = PodActor(
             translator,
@@ -187,7 +200,9 @@ class PodController:
                 max_retries=ps.max_retries,
                 backoff_max=ps.backoff_max,
                 ephemeral_containers="ephemeralContainers" in translator.features.pod_features,
+                max_kill_timeout=translator.features.max_kill_timeout,
             ),
+            hooks=self.hooks,
         )
         self.ready = asyncio.Event()
         #: Set once the first backend list succeeded (adoption done).
@@ -210,6 +225,11 @@ class PodController:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_list = float("-inf")
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _pre_kill(self, pod: Pod, container: str) -> None:
+        """A probe kills ``container``: its preStop hook first, as the kubelet's
+        ``killContainer`` runs it (bounded by ``terminationGracePeriodSeconds``)."""
+        await self.hooks.run_pre_stop(pod, container, grace_of(pod))
 
     async def _restart_container(self, pod: Pod, container: str, why: str) -> None:
         """A liveness or startup probe failed: the backend restarts the container (its state
@@ -264,6 +284,7 @@ class PodController:
     async def stop(self) -> None:
         self.queue.shutdown()
         self.prober.stop()
+        self.hooks.stop()
         tasks, self._tasks = self._tasks, []
         for t in tasks:
             t.cancel()
@@ -429,10 +450,12 @@ class PodController:
                     self._gone.pop(key, None)
                     self.refs_changed.forget(key.uid)
                     self.prober.forget(key.uid)
+                    self.hooks.forget(key.uid)
                 else:
                     pod = self.reflector.store.get(key)
                     if pod is not None:  # probe verdicts first: the status below renders them
                         self.prober.sync(pod, self.view.get(uid_of(pod)))
+                        self.hooks.sync(pod, self.view.get(uid_of(pod)))
                     outcome = await self.actor.sync(key)
                 if isinstance(outcome, Defer):
                     result = "deferred"

@@ -11,10 +11,15 @@ the pod                                         the plan
 pod terminal (Succeeded/Failed)                 nothing: never resubmitted, status frozen
 ``deletionTimestamp``, never submitted          final delete now
 ``deletionTimestamp``, pod terminal             purge the stopped workload, final delete
-``deletionTimestamp``, workload running         Killing Events, ``Stop(grace=remaining)`` once
-                                                (again if the grace was shortened); re-check at
-                                                the deadline — or finish at once when the
-                                                backend's delete returns the final state
+``deletionTimestamp``, workload running         Killing Events; running containers with a
+                                                preStop hook: ``RunPreStop(remaining)`` first,
+                                                re-check when it is done (it queues the pod) or
+                                                at the deadline; then ``Stop(grace=remaining)``
+                                                once (again if the grace was shortened; at least
+                                                2 s after a preStop, as the kubelet's; a Warning
+                                                ``GracePeriodCapped`` when the backend caps it);
+                                                re-check at the deadline — or finish at once
+                                                when the backend's delete returns the final state
 ``deletionTimestamp``, workload ended or gone   terminal status, then final delete — at once,
                                                 not at the end of the grace period
 deadline passed, backend never confirmed        Warning ``ForceDeleted``, final delete
@@ -85,12 +90,14 @@ from gateway.pods.plan import (
     Requeue,
     ResolveUpdate,
     Retry,
+    RunPreStop,
     Step,
     Stop,
     Submit,
     WorkloadGone,
     WriteStatus,
 )
+from gateway.probes.hooks import MIN_STOP_GRACE, PreStop, pre_stop_containers
 from translators.base import BackendAuthError, BackendError, BackendThrottled, WorkloadState
 from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339
@@ -121,6 +128,9 @@ class Node:
     backoff_max: float = 60.0
     #: The backend runs ephemeral containers (else a Warning names them).
     ephemeral_containers: bool = False
+    #: The longest grace between SIGTERM and SIGKILL the backend honours (Nomad: the client's
+    #: ``max_kill_timeout``); None: no cap.  A longer grace gets an Event saying what happens.
+    max_kill_timeout: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +269,21 @@ def created(pod: Pod, state: WorkloadState, current: Pod | None, *, node: Node) 
     if current is None or uid_of(current) != uid_of(pod):
         # deleted while we were creating: the cleanup may have run before we knew the uid
         return (event, BackendDelete(0))
-    return (event, WriteStatus(FromWorkload(state), first=True, latest=True))
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    cap = node.max_kill_timeout
+    capped: Plan = ()
+    if cap is not None and grace is not None and int(grace) > cap:
+        capped = (
+            Event(
+                "Normal",
+                "GracePeriodCapped",
+                f"terminationGracePeriodSeconds {int(grace)} s exceeds the "
+                f"{node.backend.capitalize()} "
+                f"client's max_kill_timeout {cap} s: when stopped, the containers get SIGKILL "
+                f"{cap} s after SIGTERM",
+            ),
+        )
+    return (event, *capped, WriteStatus(FromWorkload(state), first=True, latest=True))
 
 
 def template_failed(pod: Pod, message: str, verdict: Verdict) -> Plan:
@@ -464,7 +488,11 @@ def _deleting(
     grace = int(meta.get("deletionGracePeriodSeconds") or 0)
     remaining = _remaining(pod, now)
     asked = memory.delete_requested
-    if remaining <= -FORCE_SLACK and asked is not None:
+    pre_stop = PreStop(memory.pre_stop)
+    # after a preStop hook the stop gets at least MIN_STOP_GRACE (the kubelet's minimum), so
+    # the backend's confirmation is awaited that much past the deletion deadline
+    floor = MIN_STOP_GRACE if pre_stop is PreStop.DONE else 0
+    if remaining + floor <= -FORCE_SLACK and asked is not None:
         return (
             Event(
                 "Warning",
@@ -476,17 +504,47 @@ def _deleting(
             WriteStatus(Deleted(None)),
             FinalDelete(),
         )
-    stop_grace = max(0, math.ceil(remaining))
+    names = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []]
+    killing = tuple(
+        Event("Normal", "Killing", f"Stopping container {n}", f"spec.containers{{{n}}}")
+        for n in names
+    )
+    if asked is None and remaining > 0:
+        if pre_stop is PreStop.NONE and pre_stop_containers(pod, observed):
+            # killContainer: Killing, then the preStop hooks; the stop gets what they leave
+            return (*killing, RunPreStop(remaining), _recheck(remaining))
+        if pre_stop is PreStop.RUNNING:
+            return (_recheck(remaining),)
+    stop_grace = max(floor, math.ceil(remaining))
     if asked is None or stop_grace < asked:
-        names = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []]
-        return (
-            *(
-                Event("Normal", "Killing", f"Stopping container {n}", f"spec.containers{{{n}}}")
-                for n in names
-            ),
-            Stop(stop_grace),
-        )
-    return (_recheck(remaining),)
+        said = killing if pre_stop is PreStop.NONE else ()  # a preStop's start said it
+        capped = _capped(pod, stop_grace, node, after_pre_stop=pre_stop is PreStop.DONE)
+        return (*said, *capped, Stop(stop_grace))
+    return (_recheck(remaining + floor),)
+
+
+def _capped(pod: Pod, stop_grace: int, node: Node, *, after_pre_stop: bool) -> Plan:
+    """A Warning when the backend cannot honour the stop's grace period."""
+    cap = node.max_kill_timeout
+    if cap is None or stop_grace <= cap:
+        return ()
+    spec_grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    spec_grace = 30 if spec_grace is None else int(spec_grace)
+    grace = int(_meta(pod).get("deletionGracePeriodSeconds") or spec_grace)
+    named = (
+        f"terminationGracePeriodSeconds {grace} s"
+        if grace == spec_grace
+        else f"the deletion's grace period {grace} s"
+    )
+    what = f"what the preStop hooks left of {named}, {stop_grace} s," if after_pre_stop else named
+    return (
+        Event(
+            "Warning",
+            "GracePeriodCapped",
+            f"{what} exceeds the {node.backend.capitalize()} client's max_kill_timeout {cap} s: "
+            f"the containers get SIGKILL {cap} s after SIGTERM",
+        ),
+    )
 
 
 def _remaining(pod: Pod, now: _dt.datetime) -> float:
@@ -499,10 +557,13 @@ def _recheck(remaining: float) -> Retry:
     return Retry(after=max(remaining, 0.0) + FORCE_SLACK + 0.05)
 
 
-def stopped(pod: Pod, final: WorkloadState | None, *, now: _dt.datetime) -> Plan:
-    """After ``Stop``: ``final`` is the workload's end when it stopped within the call."""
+def stopped(pod: Pod, final: WorkloadState | None, *, now: _dt.datetime, grace: int = 0) -> Plan:
+    """After ``Stop(grace)``: ``final`` is the workload's end when it stopped within the
+    call."""
     if final is None:
-        return (_recheck(_remaining(pod, now)),)
+        remaining = _remaining(pod, now)
+        # a stop longer than the deadline (the minimum after a preStop) is awaited in full
+        return (_recheck(float(grace) if grace > math.ceil(remaining) else remaining),)
     # stopped within the call: finish now, without waiting for a list to see it gone
     return (WorkloadGone(), WriteStatus(Deleted(final)), FinalDelete())
 

@@ -169,7 +169,12 @@ def check_probes(
 
     ``feature`` is ``<probe kind>.<handler>`` (``readinessProbe.exec``) or
     ``lifecycle.<hook>.<handler>`` (``lifecycle.preStop.exec``): the names
-    ``node.ignore_pod_fields`` matches (``ignored``)."""
+    ``node.ignore_pod_fields`` matches (``ignored``).
+
+    Hooks run in the gateway (``gateway.probes.hooks``): ``exec`` needs the translator's
+    ``Executor``, ``httpGet`` a pod address vkgate can dial (unless it names its ``host``);
+    ``sleep`` needs neither — but a backend with neither exec nor a pod address runs no
+    hook at all (``_hook_refused``)."""
     out: list[Unsupported] = []
     spec = pod.get("spec") or {}
     for c in spec.get("containers") or []:
@@ -202,18 +207,40 @@ def check_probes(
                     )
         for hook in ("postStart", "preStop"):
             action = (c.get("lifecycle") or {}).get(hook)
-            if action is not None:
-                where = f"spec.containers[{name}].lifecycle.{hook}"
-                handler = next((h for h in action if action.get(h) is not None), "")
+            if action is None:
+                continue
+            where = f"spec.containers[{name}].lifecycle.{hook}"
+            handler = next((h for h in action if action.get(h) is not None), "")
+            why = _hook_refused(handler, action.get(handler) or {}, features, can_exec, backend)
+            if why:
                 out.append(
                     Unsupported(
                         field=where,
                         feature=f"lifecycle.{hook}.{handler}" if handler else f"lifecycle.{hook}",
                         reason=REASON_FEATURE,
-                        message=f"{where}: lifecycle hooks are not run on the {backend} backend",
+                        message=f"{where}: {why}",
                     )
                 )
     return out
+
+
+def _hook_refused(
+    handler: str, action: Mapping[str, Any], features: Features, can_exec: bool, backend: str
+) -> str | None:
+    """Why vkgate cannot run this hook handler on the backend (None: it runs it,
+    ``gateway.probes.hooks``)."""
+    if not can_exec and not features.routable_pod_ip:
+        # no way into the container at all (Azure Batch): no hook is run there, a sleep
+        # included — a pod that asks for one is refused rather than half-honoured
+        return (
+            f"lifecycle hooks are not run on the {backend} backend (no exec into the "
+            "container, no pod address vkgate can reach)"
+        )
+    if handler == "exec" and not can_exec:
+        return f"exec hooks need exec into the container, which the {backend} backend lacks"
+    if handler == "httpGet" and not features.routable_pod_ip and not action.get("host"):
+        return f"the {backend} backend gives pods no address vkgate can reach"
+    return None  # sleep runs anywhere; tcpSocket fails at run time, as in the kubelet
 
 
 def ignored_by(feature: str, ignore: Collection[str]) -> str | None:

@@ -142,6 +142,9 @@ class PodMemory:
     translation_wait: float | None = None
     #: This attempt's number (1 + the key's failures so far).
     attempt: int = 1
+    #: The pod's preStop hooks on deletion: ``""`` not started, ``running``, ``done``
+    #: (``gateway.probes.hooks.PreStop``, owned by ``Hooks``).
+    pre_stop: str = ""
 
 
 class BackendView:
@@ -231,6 +234,7 @@ class ActMemory:
         refs_version: int,
         translation_wait: float | None,
         attempt: int,
+        pre_stop: str = "",
     ) -> PodMemory:
         at = self._submitted.get(uid)
         return PodMemory(
@@ -243,6 +247,7 @@ class ActMemory:
             warned_ephemeral=self._warned.get(uid, frozenset()),
             translation_wait=translation_wait,
             attempt=attempt,
+            pre_stop=pre_stop,
         )
 
     def is_submitted(self, uid: str) -> bool:

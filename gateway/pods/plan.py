@@ -191,6 +191,14 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class RunPreStop:
+    """Start the preStop hooks of the pod's running containers, each bounded by ``grace``
+    seconds (``gateway.probes.hooks``); they queue the pod when done.  The plan goes on."""
+
+    grace: float
+
+
+@dataclass(frozen=True)
 class BackendDelete:
     """Delete the workload in the backend (not-found is done)."""
 
@@ -245,6 +253,7 @@ Step = (
     | ResolveUpdate
     | ApplyUpdate
     | Stop
+    | RunPreStop
     | BackendDelete
     | WorkloadGone
     | FinalDelete

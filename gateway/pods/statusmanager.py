@@ -157,6 +157,8 @@ class StatusManager:
         self._readiness: dict[str, dict[str, bool]] = {}
         #: uid → container → started as its startup probe sees it.
         self._started: dict[str, dict[str, bool]] = {}
+        #: uid → containers whose postStart hook has not returned (gateway.probes.hooks).
+        self._starting: dict[str, set[str]] = {}
         #: status writes per pod key (the happy path should need <= 3).
         self.writes: Counter[str] = Counter()
         self.stats: Counter[str] = Counter()
@@ -195,6 +197,19 @@ class StatusManager:
         current[container] = started
         return True
 
+    def set_container_starting(self, uid: str, container: str, starting: bool) -> bool:
+        """``container`` of pod ``uid`` runs but its postStart hook has not returned: it is
+        reported waiting (``ContainerCreating``) and not ready, as the kubelet whose sync
+        blocks on the hook reports it.  True when it changed."""
+        current = self._starting.setdefault(uid, set())
+        if (container in current) == starting:
+            return False
+        if starting:
+            current.add(container)
+        else:
+            current.discard(container)
+        return True
+
     def is_own_echo(self, pod: Pod) -> bool:
         """Whether this watch event is the echo of our own status write (nothing new)."""
         rv = str((pod.get("metadata") or {}).get("resourceVersion", ""))
@@ -206,6 +221,7 @@ class StatusManager:
         self._restart_base.pop(uid, None)
         self._readiness.pop(uid, None)
         self._started.pop(uid, None)
+        self._starting.pop(uid, None)
         self.writes.pop(key, None)
 
     # -- rendering ---------------------------------------------------------------------------
@@ -257,6 +273,24 @@ class StatusManager:
         }
 
     def _with_readiness(self, state: WorkloadState) -> WorkloadState:
+        starting = self._starting.get(state.ref.uid)
+        if starting:
+            state = replace(
+                state,
+                containers=tuple(
+                    replace(
+                        c,
+                        state="waiting",
+                        reason="ContainerCreating",
+                        message="",
+                        started_at=None,
+                        ready=False,
+                    )
+                    if c.name in starting and c.state == "running"
+                    else c
+                    for c in state.containers
+                ),
+            )
         probed = self._readiness.get(state.ref.uid)
         if not probed:
             return state

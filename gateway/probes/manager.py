@@ -15,11 +15,12 @@ manager").
   on ``spec.containers{name}``), aggregated by the Event recorder as the kubelet's are.
 * A container with a startup probe is not ``started`` (``set_started``) — nor ready, when it
   has no readiness probe — until that probe passes.
-* A liveness or startup verdict of failure is handed to ``restart`` (None: an Event says the
-  container would be restarted, and nothing else happens).
 * A probe the node runs without (``skip``: the fields ``node.ignore_pod_fields`` covers where
   the backend cannot honour them, gateway.pods.features) gets no worker: the container is as
   if it did not declare it.  Asked once per pod (a pod's probes are immutable).
+* A liveness or startup verdict of failure is handed to ``pre_kill`` (the container's preStop
+  hook, as the kubelet's ``killContainer`` runs it), then to ``restart`` (None: an Event says
+  the container would be restarted, and nothing else happens).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Prober:
         restart: Restart | None = None,
         set_started: Callable[[str, str, bool], bool] = lambda uid, name, started: False,
         skip: Callable[[Pod], Collection[str]] = lambda pod: (),
+        pre_kill: Callable[[Pod, str], Awaitable[None]] | None = None,
     ) -> None:
         self.handlers = handlers
         self.events = events
@@ -89,6 +91,8 @@ class Prober:
         self.skip = skip
         #: uid → the ``spec.containers[c].<kind>Probe`` fields the node runs without.
         self._skipped: dict[str, frozenset[str]] = {}
+        #: Runs before a kill (the container's preStop hook, ``gateway.probes.hooks``).
+        self.pre_kill = pre_kill
         #: uid → container → its workers.
         self._pods: dict[str, dict[str, _Container]] = {}
         #: uid → the pod's latest object (Events are about it).
@@ -248,6 +252,8 @@ class Prober:
             message=why,
             field_path=f"spec.containers{{{name}}}",
         )
+        if self.pre_kill is not None:
+            await self.pre_kill(pod, name)
         if self.restart is not None:
             await self.restart(pod, name, why)
         else:

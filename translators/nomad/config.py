@@ -155,6 +155,12 @@ class NomadConfig:
     """After a delete, purge the stopped job once its allocations ended, or after this long."""
     stats_concurrency: int = 8
     """Allocation stats calls in flight at once while serving /stats/summary or /metrics/resource."""
+    max_kill_timeout: float = 30.0
+    """The Nomad clients' ``max_kill_timeout`` (client agent configuration; Nomad's default
+    30 s): the longest grace between SIGTERM and SIGKILL a task gets, whatever its
+    ``kill_timeout``.  Nomad's HTTP API does not report it (only ``/v1/agent/self`` of each
+    client agent, which vkgate does not reach), so it is a setting: a pod whose grace period
+    is longer gets an Event saying the containers get SIGKILL after this long."""
     relax_security_context: tuple[str, ...] = ()
     """securityContext restrictions (e.g. "runAsUser") pods may ask for where the job's driver
     cannot enforce them (raw_exec: any); they then run unenforced, with a Warning Event.
@@ -291,6 +297,7 @@ _KINDS: dict[str, tuple[Kind, float | None, float | None]] = {
     "blocking_wait": ("duration", 1, 600),  # 0 would spin
     "stream_idle_timeout": ("duration", 0.1, 86400),
     "purge_timeout": ("duration", 0, 3600),
+    "max_kill_timeout": ("duration", 1, 7 * 86400),
     "backstop_interval": ("duration", 1, 3600),  # 0 would spin
     "retry_backoff": ("durations", 0, 600),
 }

@@ -175,6 +175,9 @@ class NomadTranslator:
         table.update(settings)
         self.settings = table
         self.config = NomadConfig.from_settings(table, environ)
+        self.features = dataclasses.replace(
+            self.features, max_kill_timeout=int(self.config.max_kill_timeout)
+        )
         if self.config.relax_security_context:
             self.features = dataclasses.replace(
                 self.features,

@@ -192,7 +192,8 @@ class Scenario:
             return dc.updated(pod, self.observed, mem, last, bool(value["in_place"]), node=node)
         if kind == "stopped":
             assert isinstance(last, Stop), kind
-            return dc.stopped(pod, workload(value.get("workload"), pod), now=self.now)
+            final = workload(value.get("workload"), pod)
+            return dc.stopped(pod, final, now=self.now, grace=last.grace)
         assert isinstance(last, Submit), f"{self.path.name}: {kind} after {last}"
         if kind == "created":
             state = workload(value["workload"], pod)

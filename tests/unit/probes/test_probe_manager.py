@@ -214,3 +214,30 @@ async def test_a_failed_liveness_probe_restarts_the_container_once_per_instance(
     await h.clock.advance(6)
     assert len(restarts) == 2
     h.prober.stop()
+
+
+async def test_a_liveness_kill_runs_the_pre_stop_hook_before_the_restart() -> None:
+    """The kubelet's killContainer runs the container's preStop hook before it stops the
+    container, a liveness kill included (``pre_kill``: gateway.probes.hooks)."""
+    h = Harness()
+    order: list[tuple[float, str]] = []
+
+    async def pre_kill(p: Pod, container: str) -> None:
+        order.append((h.clock.monotonic(), f"preStop {container}"))
+        await h.clock.sleep(4)
+
+    async def restart(p: Pod, container: str, why: str) -> None:
+        order.append((h.clock.monotonic(), f"restart {container}"))
+
+    h.prober.pre_kill = pre_kill
+    h.prober.restart = restart
+    probes = {
+        "livenessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 3, "failureThreshold": 1}
+    }
+    await h.sync(pod(probes), state(h.clock))
+    await h.clock.advance(0.1)
+    assert order == [(0.0, "preStop app")]
+    await h.clock.advance(4)
+    assert order == [(0.0, "preStop app"), (4.0, "restart app")]
+    assert ("Normal", "Killing") in {(t, r) for t, r, _, _ in h.events.got}
+    h.prober.stop()
