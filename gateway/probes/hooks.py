@@ -24,6 +24,7 @@ fails at run time, as it does in the kubelet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,6 +36,7 @@ from gateway.probes.handlers import Handlers, Result, Target
 from translators.base import ContainerState, PodRef, WorkloadState
 from vkgate_core.clock import Clock
 from vkgate_core.kubetypes import Pod
+from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger("gateway.probes.hooks")
 
@@ -127,6 +129,20 @@ def _target(pod: Pod, container: Mapping[str, Any], pod_ip: str) -> Target:
 
 def _pod_ip(pod: Pod, state: WorkloadState | None) -> str:
     return (state.pod_ip if state else "") or str((pod.get("status") or {}).get("podIP", ""))
+
+
+def _shown_running(pod: Pod, cs: ContainerState) -> bool:
+    """The pod's status already shows container instance ``cs`` running (same restart count,
+    same start to the second)."""
+    for shown in (pod.get("status") or {}).get("containerStatuses") or []:
+        if shown.get("name") != cs.name or cs.started_at is None:
+            continue
+        at = ((shown.get("state") or {}).get("running") or {}).get("startedAt")
+        if not at or int(shown.get("restartCount") or 0) != cs.restart_count:
+            return False
+        with contextlib.suppress(ValueError):
+            return abs((parse_rfc3339(str(at)) - cs.started_at).total_seconds()) < 1
+    return False
 
 
 def _container(pod: Pod, name: str) -> Mapping[str, Any] | None:
@@ -222,6 +238,12 @@ class Hooks:
                 continue
             if have is not None and have[1] is not None:
                 have[1].cancel()
+            if _shown_running(pod, cs):
+                # the pod already says this instance runs: its hook passed under an earlier
+                # vkgate (a restart, a fail-over), as the kubelet does not run it again either
+                mine[name] = (instance, None)
+                self.set_starting(uid, name, False)
+                continue
             if meta.get("deletionTimestamp"):
                 mine[name] = (instance, None)  # the kubelet starts no container of a pod going away
                 self.set_starting(uid, name, False)
@@ -255,6 +277,8 @@ class Hooks:
         await self.events.record(
             pod, type="Warning", reason="FailedPostStartHook", message=res.output, field_path=fp
         )
+        if (self._objects.get(uid) or {}).get("metadata", {}).get("deletionTimestamp"):
+            return  # the pod is being stopped anyway: no kill, no restart
         # killContainer(pod, id, name, "FailedPostStartHook", …): Killing, preStop, stop; the
         # container stays "starting" (not running, not ready) until its next instance
         await self.events.record(

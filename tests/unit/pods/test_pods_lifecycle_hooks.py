@@ -6,6 +6,7 @@ period, a failed preStop does not stop the deletion."""
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,91 @@ def test_hooks_are_refused_only_where_the_backend_cannot_run_their_handler(
         "containers": [{"name": "app", "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]
     }
     assert check_probes({"spec": sleeping}, cls.features, can_exec=False, backend=kind) == []
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str]] = []
+
+    async def record(self, obj: Any, *, type: str, reason: str, message: str, **_: Any) -> None:
+        self.got.append((reason, message))
+
+
+def _direct(clock: FakeClock) -> tuple[Hooks, list[tuple[float, str]], dict[str, Any]]:
+    """A ``Hooks`` on its own: (hooks, hook log, what it reported: starting, queued, restarts)."""
+    log: list[tuple[float, str]] = []
+    seen: dict[str, Any] = {"starting": {}, "queued": [], "restarts": [], "events": _Events()}
+
+    def set_starting(uid: str, name: str, on: bool) -> bool:
+        changed = seen["starting"].get(name) != on
+        seen["starting"][name] = on
+        return changed
+
+    async def restart(pod: Any, container: str, why: str) -> None:
+        seen["restarts"].append(container)
+
+    hooks = Hooks(
+        Script(clock, log),  # type: ignore[arg-type]
+        seen["events"],
+        clock=clock,
+        set_starting=set_starting,
+        queue=seen["queued"].append,
+        restart=restart,
+    )
+    return hooks, log, seen
+
+
+def _running(clock: FakeClock, started: Any) -> WorkloadState:
+    from translators.base import ContainerState
+
+    return WorkloadState(
+        ref=PodRef("default", "web", "u-1"),
+        backend_id="b",
+        phase="Running",  # type: ignore[arg-type]
+        containers=(ContainerState(name="app", state="running", started_at=started),),
+    )
+
+
+async def test_an_instance_the_pod_already_shows_running_does_not_run_its_post_start_again() -> (
+    None
+):
+    """After a vkgate restart (or a fail-over) the pod's status already says the container
+    runs: its postStart passed under the earlier process, and the kubelet would not run it
+    again — no hook, no flap to ContainerCreating (Ready would drop: Services too)."""
+    clock = FakeClock()
+    hooks, log, seen = _direct(clock)
+    started = clock.now()
+    p = pod("web", {"postStart": {"exec": {"command": ["ok", "1", "post"]}}})
+    p["metadata"].update(namespace="default", uid="u-1")
+    p["status"] = {
+        "containerStatuses": [
+            {
+                "name": "app",
+                "restartCount": 0,
+                "state": {"running": {"startedAt": started.strftime("%Y-%m-%dT%H:%M:%SZ")}},
+            }
+        ]
+    }
+    hooks.sync(p, _running(clock, started))  # type: ignore[arg-type]
+    await run_for(clock, 3)
+    assert log == [] and seen["starting"] == {"app": False}
+    # a new instance (the backend restarted it) does run it
+    later = started + _dt.timedelta(seconds=30)
+    hooks.sync(p, _running(clock, later))  # type: ignore[arg-type]
+    await run_for(clock, 3)
+    assert [e for _, e in log] == ["app:post:begin", "app:post:end"]
+    hooks.stop()
+
+
+async def test_a_post_start_that_fails_while_the_pod_is_deleted_restarts_nothing() -> None:
+    clock = FakeClock()
+    hooks, _, seen = _direct(clock)
+    p = pod("web", {"postStart": {"exec": {"command": ["fail", "late", "post"]}}})
+    p["metadata"].update(namespace="default", uid="u-1")
+    hooks.sync(p, _running(clock, clock.now()))  # type: ignore[arg-type]
+    deleting = {**p, "metadata": {**p["metadata"], "deletionTimestamp": "2026-01-01T00:00:30Z"}}
+    hooks.sync(deleting, _running(clock, clock.now()))  # type: ignore[arg-type]
+    await run_for(clock, 3)
+    assert [r for r, _ in seen["events"].got] == ["FailedPostStartHook"]
+    assert seen["restarts"] == []
+    hooks.stop()
