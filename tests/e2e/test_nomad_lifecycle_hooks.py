@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import wait_until
 
-from gateway.devstack.nomad_cluster import NomadCluster
+from devstack.nomad_cluster import NomadCluster
 from vkgate_core.timeparse import parse_rfc3339
 
 pytestmark = pytest.mark.e2e
