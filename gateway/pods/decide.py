@@ -516,7 +516,9 @@ def _deleting(
         if pre_stop is PreStop.RUNNING:
             return (_recheck(remaining),)
     stop_grace = max(floor, math.ceil(remaining))
-    if asked is None or stop_grace < asked:
+    # asked again only when the deletion's grace was shortened (a later ``kubectl delete
+    # --grace-period``), not because time passed since the stop was asked
+    if asked is None or (grace < asked and stop_grace < asked):
         said = killing if pre_stop is PreStop.NONE else ()  # a preStop's start said it
         capped = _capped(pod, stop_grace, node, after_pre_stop=pre_stop is PreStop.DONE)
         return (*said, *capped, Stop(stop_grace))
