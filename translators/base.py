@@ -536,6 +536,16 @@ class Restarter(Protocol):
 
 
 @runtime_checkable
+class Killer(Protocol):
+    """Stop one running container without restarting it: SIGTERM, SIGKILL once
+    ``grace_seconds`` passed — the kubelet's kill of a container whose pod has
+    ``restartPolicy: Never`` (a failed liveness probe or postStart hook,
+    docs/design/probes.md); the container then ends as the backend reports it."""
+
+    async def kill_container(self, ref: PodRef, container: str, *, grace_seconds: int) -> None: ...
+
+
+@runtime_checkable
 class Attacher(Protocol):
     """``kubectl attach``: join the container's running main process (its stdin/stdout)."""
 

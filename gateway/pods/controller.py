@@ -60,6 +60,7 @@ from gateway.probes.manager import Prober
 from translators.base import (
     BackendThrottled,
     Executor,
+    Killer,
     Notifier,
     Restarter,
     Translator,
@@ -72,6 +73,12 @@ from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339
 
 log = logging.getLogger("gateway.pods")
+
+
+def _kills(translator: Translator) -> bool:
+    """The backend can kill (and restart) one container: a probe or hook failure acts."""
+    return isinstance(translator, Restarter | Killer)
+
 
 #: Earliest next list after a "kick" (e.g. a delete): kicks within this window coalesce.
 MIN_LIST_SPACING = 0.5
@@ -166,7 +173,7 @@ class PodController:
             clock=self.clock,
             set_readiness=self.status.set_container_readiness,
             queue=lambda key: self.queue.add(PodKey(key)),
-            restart=self._restart_container if isinstance(translator, Restarter) else None,
+            restart=self._restart_container if _kills(translator) else None,
             set_started=self.status.set_container_started,
             skip=lambda pod: [u.field for u in resolver.ignored(pod)],
             pre_kill=self._pre_kill,
@@ -180,7 +187,7 @@ class PodController:
             clock=self.clock,
             set_starting=self.status.set_container_starting,
             queue=lambda key: self.queue.add(PodKey(key)),
-            restart=self._restart_container if isinstance(translator, Restarter) else None,
+            restart=self._restart_container if _kills(translator) else None,
         )
         self.actor = PodActor(
             translator,
@@ -232,17 +239,34 @@ class PodController:
         await self.hooks.run_pre_stop(pod, container, grace_of(pod))
 
     async def _restart_container(self, pod: Pod, container: str, why: str) -> None:
-        """A liveness or startup probe failed: the backend restarts the container (its state
-        then shows the restart, and the next list or change queues the pod)."""
-        assert isinstance(self.translator, Restarter)
+        """A liveness or startup probe or a postStart hook failed: the container is killed,
+        and restarted per restartPolicy — the backend restarts it (``Restarter``: its state
+        then shows the restart, and the next list or change queues the pod), or, for
+        ``Never``, only kills it (``Killer``)."""
+        never = (pod.get("spec") or {}).get("restartPolicy") == "Never"
         try:
-            await self.translator.restart_container(pod_ref(pod), container)
+            if isinstance(self.translator, Restarter) and not never:
+                await self.translator.restart_container(pod_ref(pod), container)
+            elif isinstance(self.translator, Killer):
+                # the backend's restart policy (the pod's) decides what follows the kill
+                await self.translator.kill_container(
+                    pod_ref(pod), container, grace_seconds=int(grace_of(pod))
+                )
+            else:
+                log.warning(
+                    "%s: %s, but the %s backend cannot kill it without a restart and "
+                    "restartPolicy is Never: it keeps running",
+                    PodKey.of(pod),
+                    why,
+                    self.translator.kind,
+                )
+                return
         except TranslatorError as exc:
-            log.warning("%s: restart of %s failed: %s", PodKey.of(pod), container, exc)
+            log.warning("%s: kill of %s failed: %s", PodKey.of(pod), container, exc)
             await self.events.record(
                 pod,
                 type="Warning",
-                reason="FailedRestart",
+                reason="FailedRestart" if not never else "FailedKillPod",
                 message=f"{why}, but the backend refused: {exc}",
                 field_path=f"spec.containers{{{container}}}",
             )

@@ -244,7 +244,9 @@ class Prober:
         if pod is None:
             return
         name = w.target.container
-        why = f"Container {name} failed {w.spec.kind} probe, will be restarted"
+        why = f"Container {name} failed {w.spec.kind} probe"
+        if (pod.get("spec") or {}).get("restartPolicy") != "Never":
+            why += ", will be restarted"  # the kubelet's wording (shouldRestartOnFailure)
         await self.events.record(
             pod,
             type="Normal",

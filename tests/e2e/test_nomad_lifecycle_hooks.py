@@ -227,3 +227,47 @@ def test_a_failing_post_start_restarts_the_container_and_a_long_grace_is_called_
         )
     finally:
         kubectl("delete", "pod", name, "--wait=false", check=False)
+
+
+def test_a_failing_post_start_of_a_never_restarted_pod_kills_the_container_for_good(
+    start_gateway: Any, control_plane: Any, kubectl: Any, nomad_cluster: NomadCluster
+) -> None:
+    """raw_exec, restartPolicy Never: the kubelet kills the container and does not restart
+    it — vkgate SIGTERMs the task (Nomad's signal API), the job's restart policy keeps it
+    dead, the pod ends Failed with restartCount 0."""
+    gw = start_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {**nomad_cluster.backend_settings(), "template": "nomad/raw_exec.j2"},
+            }
+        }
+    )
+    tag = uuid.uuid4().hex[:6]
+    name = f"hooknever-{tag}"
+    doc = _pod(name, gw.node_name, f"/tmp/vkgate-hooks-{tag}")
+    doc["spec"]["restartPolicy"] = "Never"
+    app = doc["spec"]["containers"][0]
+    app["command"] = ["/bin/sh", "-c", "echo main: running; exec sleep 300"]
+    app["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/sh", "-c", "exit 3"]}}}
+    kubectl("apply", "-f", "-", input=json.dumps(doc))
+    try:
+        st = wait_until(
+            f"{name} Failed",
+            lambda: (
+                (s := (_get(control_plane, name) or {}).get("status") or {}).get("phase")
+                == "Failed"
+                and s
+            ),
+            90,
+            every=0.3,
+        )
+        cs = st["containerStatuses"][0]
+        assert cs["restartCount"] == 0, cs
+        assert cs["state"]["terminated"]["exitCode"] != 0, cs
+        assert _events(control_plane, name, "FailedPostStartHook")
+        time.sleep(3)  # and it stays so: no restart follows
+        cs = ((_get(control_plane, name) or {}).get("status") or {})["containerStatuses"][0]
+        assert cs["restartCount"] == 0 and "terminated" in cs["state"], cs
+    finally:
+        kubectl("delete", "pod", name, "--wait=false", check=False)

@@ -201,6 +201,8 @@ class NomadTranslator:
         )
         self.book = JobBook(self.node_name)
         self._runs = Runs()
+        #: SIGKILLs waiting for a killed container's grace period (``kill_container``).
+        self._killers: set[asyncio.Task[None]] = set()
         self._sizing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._node_ips: dict[str, str] = {}
         #: NodeID → the client agent's HTTP address, for exec straight to it (``exec.py``).
@@ -223,7 +225,7 @@ class NomadTranslator:
 
     async def close(self) -> None:
         self._closed.set()
-        background = [*self._purges.values(), *self._sizing.values()]
+        background = [*self._purges.values(), *self._sizing.values(), *self._killers]
         for task in background:
             task.cancel()
         for task in background:
@@ -887,6 +889,44 @@ class NomadTranslator:
             namespace=view.namespace,
             region=view.region,
         )
+
+    async def kill_container(self, ref: PodRef, container: str, *, grace_seconds: int) -> None:
+        """Killer: ``POST /v1/client/allocation/:id/signal`` SIGTERM to the task, SIGKILL after
+        ``grace_seconds`` if it still runs (in the background).  The task's restart policy
+        then decides — a ``restartPolicy: Never`` pod's (``Attempts: 0``) keeps it dead."""
+        view, alloc = await self._current_alloc(ref, container)
+        if alloc.get("ClientStatus") != "running":
+            raise BackendRejected(
+                f"cannot kill a container that is not running (pod {ref.key}, "
+                f"allocation {alloc.get('ClientStatus')})",
+                reason="ContainerNotRunning",
+            )
+        path = f"/client/allocation/{alloc['ID']}/signal"
+        ns, region = view.namespace, view.region
+        await self.client.call(
+            "POST",
+            path,
+            body={"Task": container, "Signal": "SIGTERM"},
+            namespace=ns,
+            region=region,
+        )
+
+        async def kill_later() -> None:
+            await self.clock.sleep(max(0, grace_seconds))
+            try:
+                await self.client.call(
+                    "POST",
+                    path,
+                    body={"Task": container, "Signal": "SIGKILL"},
+                    namespace=ns,
+                    region=region,
+                )
+            except BackendError as exc:  # "Task not running": it ended within the grace
+                log.info("nomad: SIGKILL to %s/%s: %s", alloc.get("ID"), container, exc)
+
+        task = asyncio.create_task(kill_later(), name=f"nomad-kill-{ref.key}/{container}")
+        self._killers.add(task)
+        task.add_done_callback(self._killers.discard)
 
     # -- metrics ----------------------------------------------------------------------------
 

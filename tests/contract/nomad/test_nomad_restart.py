@@ -56,3 +56,44 @@ async def test_restart_of_a_finished_pod_is_rejected(make_translator: MakeTransl
         mock_job(nomad, doc)
         with pytest.raises(BackendRejected, match="not running"):
             await t.restart_container(ref_of(doc), "app")
+
+
+async def test_kill_signals_sigterm_to_the_task_then_sigkill_after_the_grace(
+    make_translator: MakeTranslator,
+) -> None:
+    """``Killer`` (restartPolicy Never: a failed liveness probe or postStart hook kills the
+    container without a restart): SIGTERM to the task, SIGKILL once the grace passed — the
+    job's restart policy (``Attempts: 0``) keeps it dead."""
+    import asyncio
+
+    from translators.base import Killer
+
+    doc = captured("running")
+    alloc = doc["allocations"][0]
+    t = await make_translator()
+    assert isinstance(t, Killer)
+    with respx.mock(base_url=ADDRESS) as nomad:
+        mock_job(nomad, doc)
+        signal = nomad.post(f"/v1/client/allocation/{alloc['ID']}/signal").mock(
+            return_value=httpx.Response(200, json={})
+        )
+        await t.kill_container(ref_of(doc), "app", grace_seconds=0)
+        for _ in range(50):
+            if signal.call_count >= 2:
+                break
+            await asyncio.sleep(0.01)
+    sent = [json.loads(c.request.content) for c in signal.calls]
+    assert sent == [
+        {"Task": "app", "Signal": "SIGTERM"},
+        {"Task": "app", "Signal": "SIGKILL"},
+    ]
+    await t.close()
+
+
+async def test_kill_of_a_finished_pod_is_rejected(make_translator: MakeTranslator) -> None:
+    doc = captured("succeeded")
+    t = await make_translator()
+    with respx.mock(base_url=ADDRESS) as nomad:
+        mock_job(nomad, doc)
+        with pytest.raises(BackendRejected, match="not running"):
+            await t.kill_container(ref_of(doc), "app", grace_seconds=5)

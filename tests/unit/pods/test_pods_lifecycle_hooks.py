@@ -420,3 +420,37 @@ async def test_a_post_start_that_fails_while_the_pod_is_deleted_restarts_nothing
     assert [r for r, _ in seen["events"].got] == ["FailedPostStartHook"]
     assert seen["restarts"] == []
     hooks.stop()
+
+
+class _KillsAndRestarts:
+    """A backend that can restart and kill one container (Nomad's pair)."""
+
+    kind = "fake"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def restart_container(self, ref: PodRef, container: str) -> None:
+        self.calls.append(f"restart {container}")
+
+    async def kill_container(self, ref: PodRef, container: str, *, grace_seconds: int) -> None:
+        self.calls.append(f"kill {container} grace={grace_seconds}")
+
+
+@pytest.mark.parametrize(
+    ("policy", "want"),
+    [("Always", "restart app"), ("OnFailure", "restart app"), ("Never", "kill app grace=7")],
+)
+async def test_a_failed_hook_or_probe_kills_and_restarts_per_restart_policy(
+    h: ControllerHarness, policy: str, want: str
+) -> None:
+    """The kubelet restarts a killed container unless restartPolicy is Never: then it is only
+    killed (``Killer``: SIGTERM, SIGKILL after terminationGracePeriodSeconds)."""
+    assert h.ctl is not None
+    backend = _KillsAndRestarts()
+    h.ctl.translator = backend  # type: ignore[assignment]
+    p = pod("web", {}, grace=7)
+    p["metadata"].update(namespace="default", uid="u-1")
+    p["spec"]["restartPolicy"] = policy
+    await h.ctl._restart_container(p, "app", "Container app failed its postStart hook")  # type: ignore[arg-type]
+    assert backend.calls == [want]

@@ -241,3 +241,21 @@ async def test_a_liveness_kill_runs_the_pre_stop_hook_before_the_restart() -> No
     assert order == [(0.0, "preStop app"), (4.0, "restart app")]
     assert ("Normal", "Killing") in {(t, r) for t, r, _, _ in h.events.got}
     h.prober.stop()
+
+
+async def test_a_liveness_kill_of_a_never_restarted_pod_does_not_say_it_will_be_restarted() -> None:
+    h = Harness()
+    kills: list[str] = []
+
+    async def restart(p: Pod, container: str, why: str) -> None:
+        kills.append(why)
+
+    h.prober.restart = restart
+    p = pod({"livenessProbe": {"tcpSocket": {"port": 8080}, "failureThreshold": 1}})
+    p["spec"]["restartPolicy"] = "Never"  # type: ignore[index]
+    await h.sync(p, state(h.clock))
+    await h.clock.advance(0.1)
+    assert kills == ["Container app failed liveness probe"]
+    killing = [m for _, r, m, _ in h.events.got if r == "Killing"]
+    assert killing == ["Container app failed liveness probe"]
+    h.prober.stop()
