@@ -901,11 +901,10 @@ class NomadTranslator:
                 f"allocation {alloc.get('ClientStatus')})",
                 reason="ContainerNotRunning",
             )
-        path = f"/client/allocation/{alloc['ID']}/signal"
-        ns, region = view.namespace, view.region
+        alloc_id, ns, region = str(alloc["ID"]), view.namespace, view.region
         await self.client.call(
             "POST",
-            path,
+            f"/client/allocation/{alloc_id}/signal",
             body={"Task": container, "Signal": "SIGTERM"},
             namespace=ns,
             region=region,
@@ -916,7 +915,7 @@ class NomadTranslator:
             try:
                 await self.client.call(
                     "POST",
-                    path,
+                    f"/client/allocation/{alloc_id}/signal",
                     body={"Task": container, "Signal": "SIGKILL"},
                     namespace=ns,
                     region=region,
