@@ -175,7 +175,7 @@ class Hooks:
         self.post_start_limit = post_start_limit
         #: uid → container → (the instance its postStart ran or runs for, the task or None).
         self._post: dict[str, dict[str, tuple[_Instance, asyncio.Task[None] | None]]] = {}
-        #: uid → the preStop task of the pod's deletion, and whether it is done.
+        #: uid → the preStop hooks of the pod's deletion (one task; done: they all returned).
         self._pre: dict[str, asyncio.Task[None]] = {}
         #: uid → the pod's latest object (Events are about it).
         self._objects: dict[str, Pod] = {}
@@ -184,7 +184,8 @@ class Hooks:
 
     async def run(self, hook: Hook, target: Target, limit: float) -> Result:
         """One run of ``hook``; a failure's output is the kubelet's message for it."""
-        where = f'for Container "{target.container}" in Pod "{target.ref.name}_{target.ref.namespace}({target.ref.uid})"'
+        ref = target.ref
+        where = f'for Container "{target.container}" in Pod "{ref.name}_{ref.namespace}({ref.uid})"'
         match hook.handler:
             case "exec":
                 command = [str(c) for c in hook.action.get("command") or []]
