@@ -454,3 +454,13 @@ async def test_a_failed_hook_or_probe_kills_and_restarts_per_restart_policy(
     p["spec"]["restartPolicy"] = policy
     await h.ctl._restart_container(p, "app", "Container app failed its postStart hook")  # type: ignore[arg-type]
     assert backend.calls == [want]
+
+
+def test_an_http_hook_naming_its_host_needs_no_pod_address() -> None:
+    """As for probes: an explicit ``host`` is dialled as it is (the kubelet does the same)."""
+    from gateway.pods.features import check_probes
+    from translators.batch.translator import BatchTranslator
+
+    hook = {"preStop": {"httpGet": {"host": "drain.example", "port": 80, "path": "/"}}}
+    spec = {"containers": [{"name": "app", "lifecycle": hook}]}
+    assert check_probes({"spec": spec}, BatchTranslator.features, can_exec=False, backend="b") == []
