@@ -188,6 +188,7 @@ class PodController:
             set_starting=self.status.set_container_starting,
             queue=lambda key: self.queue.add(PodKey(key)),
             restart=self._restart_container if _kills(translator) else None,
+            skip=lambda pod: [u.field for u in resolver.ignored(pod)],
         )
         self.actor = PodActor(
             translator,

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,7 +165,11 @@ class Hooks:
         queue: Callable[[str], None],
         restart: Restart | None = None,
         post_start_limit: float = POST_START_LIMIT,
+        skip: Callable[[Pod], Collection[str]] = lambda pod: (),
     ) -> None:
+        """``skip``: the ``spec.containers[c].lifecycle.<hook>`` fields the node runs without
+        (``node.ignore_pod_fields`` where the backend cannot run them: gateway.pods.features),
+        asked once per pod (a pod's hooks are immutable)."""
         self.handlers = handlers
         self.events = events
         self.clock = clock
@@ -173,6 +177,9 @@ class Hooks:
         self.queue = queue
         self.restart = restart
         self.post_start_limit = post_start_limit
+        self.skip = skip
+        #: uid → the hook fields the node runs without.
+        self._skipped: dict[str, frozenset[str]] = {}
         #: uid → container → (the instance its postStart ran or runs for, the task or None).
         self._post: dict[str, dict[str, tuple[_Instance, asyncio.Task[None] | None]]] = {}
         #: uid → the preStop hooks of the pod's deletion (one task; done: they all returned).
@@ -226,6 +233,12 @@ class Hooks:
         }
         if not hooked and uid not in self._post:
             return
+        skipped = self._skips(pod)
+        hooked = {
+            n: c
+            for n, c in hooked.items()
+            if f"spec.containers[{n}].lifecycle.postStart" not in skipped
+        }
         self._objects[uid] = pod
         mine = self._post.setdefault(uid, {})
         running = {c.name: c for c in (state.containers if state else ()) if c.state == "running"}
@@ -327,8 +340,17 @@ class Hooks:
         self._objects.setdefault(uid, pod)
         return await self._pre_stop_one(pod, name, grace, state_ip)
 
+    def _skips(self, pod: Pod) -> frozenset[str]:
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        found = self._skipped.get(uid)
+        if found is None:
+            found = self._skipped[uid] = frozenset(self.skip(pod))
+        return found
+
     async def _pre_stop_one(self, pod: Pod, name: str, grace: float, pod_ip: str) -> float:
         container = _container(pod, name)
+        if f"spec.containers[{name}].lifecycle.preStop" in self._skips(pod):
+            return 0.0  # the node runs this pod without it
         hook = hook_of(container, "preStop") if container is not None else None
         if container is None or hook is None or grace <= 0:
             return 0.0
@@ -361,6 +383,7 @@ class Hooks:
         if pre is not None:
             pre.cancel()
         self._objects.pop(uid, None)
+        self._skipped.pop(uid, None)
 
     def stop(self) -> None:
         for uid in list({*self._post, *self._pre}):

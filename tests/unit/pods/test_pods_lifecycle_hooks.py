@@ -294,44 +294,69 @@ HOOKS = {
     "postStart": {"exec": {"command": ["true"]}},
     "preStop": {"httpGet": {"port": 8080, "path": "/quit"}},
 }
+SLEEP = {"preStop": {"sleep": {"seconds": 5}}}
 
 
-@pytest.mark.parametrize(
-    ("kind", "refused"),
-    [
-        ("nomad", []),
-        (
-            "batch",
-            [
-                "spec.containers[app].lifecycle.postStart.exec: exec hooks need exec into the "
-                "container, which the batch backend lacks",
-                "spec.containers[app].lifecycle.preStop.httpGet: the batch backend gives pods no "
-                "address vkgate can reach",
-            ],
-        ),
-    ],
-)
-def test_hooks_are_refused_only_where_the_backend_cannot_run_their_handler(
-    kind: str, refused: list[str]
-) -> None:
-    """Nomad (exec, routable pod address) runs exec and httpGet hooks; Azure Batch (no
-    exec, no address) refuses them, naming the field.  A ``sleep`` hook runs everywhere."""
+def _refusals(lifecycle: dict[str, Any], features: Any, *, can_exec: bool, backend: str) -> Any:
     from gateway.pods.features import check_probes
-    from translators.base import Executor
-    from translators.batch.translator import BatchTranslator
+
+    spec = {"containers": [{"name": "app", "lifecycle": lifecycle}]}
+    found = check_probes({"spec": spec}, features, can_exec=can_exec, backend=backend)
+    assert all(u.reason == "UnsupportedPodFeature" for u in found)
+    return [(u.feature, u.message) for u in found]
+
+
+def test_nomad_runs_exec_http_and_sleep_hooks() -> None:
     from translators.nomad.translator import NomadTranslator
 
-    cls = {"nomad": NomadTranslator, "batch": BatchTranslator}[kind]
-    spec = {"containers": [{"name": "app", "lifecycle": HOOKS}]}
-    found = check_probes(
-        {"spec": spec}, cls.features, can_exec=issubclass(cls, Executor), backend=kind
+    for lifecycle in (HOOKS, SLEEP):
+        assert _refusals(lifecycle, NomadTranslator.features, can_exec=True, backend="nomad") == []
+
+
+def test_batch_refuses_every_hook_naming_the_field() -> None:
+    """No exec into a task and no pod address: Azure Batch runs no hook, a sleep included."""
+    from translators.base import Executor
+    from translators.batch.translator import BatchTranslator
+
+    assert not issubclass(BatchTranslator, Executor)
+    why = (
+        "lifecycle hooks are not run on the batch backend (no exec into the container, no pod "
+        "address vkgate can reach)"
     )
-    assert [u.message for u in found] == refused
-    assert all(u.reason == "UnsupportedPodFeature" for u in found)
-    sleeping = {
-        "containers": [{"name": "app", "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]
-    }
-    assert check_probes({"spec": sleeping}, cls.features, can_exec=False, backend=kind) == []
+    got = _refusals(HOOKS, BatchTranslator.features, can_exec=False, backend="batch")
+    assert got == [
+        ("lifecycle.postStart.exec", f"spec.containers[app].lifecycle.postStart: {why}"),
+        ("lifecycle.preStop.httpGet", f"spec.containers[app].lifecycle.preStop: {why}"),
+    ]
+    got = _refusals(SLEEP, BatchTranslator.features, can_exec=False, backend="batch")
+    assert got == [("lifecycle.preStop.sleep", f"spec.containers[app].lifecycle.preStop: {why}")]
+
+
+def test_a_hook_is_refused_only_for_the_handler_the_backend_cannot_run() -> None:
+    """Exec but no pod address: exec and sleep hooks run, an httpGet hook is refused unless it
+    names its host (dialled as it is, as for probes); an address but no exec: the reverse."""
+    from translators.base import Features
+
+    no_address = Features(routable_pod_ip=False)
+    got = _refusals(HOOKS, no_address, can_exec=True, backend="x")
+    assert got == [
+        (
+            "lifecycle.preStop.httpGet",
+            "spec.containers[app].lifecycle.preStop: the x backend gives pods no address vkgate "
+            "can reach",
+        )
+    ]
+    assert _refusals(SLEEP, no_address, can_exec=True, backend="x") == []
+    hosted = {"preStop": {"httpGet": {"host": "drain.example", "port": 80, "path": "/"}}}
+    assert _refusals(hosted, no_address, can_exec=True, backend="x") == []
+    got = _refusals(HOOKS, Features(routable_pod_ip=True), can_exec=False, backend="y")
+    assert got == [
+        (
+            "lifecycle.postStart.exec",
+            "spec.containers[app].lifecycle.postStart: exec hooks need exec into the container, "
+            "which the y backend lacks",
+        )
+    ]
 
 
 class _Events:
@@ -456,11 +481,34 @@ async def test_a_failed_hook_or_probe_kills_and_restarts_per_restart_policy(
     assert backend.calls == [want]
 
 
-def test_an_http_hook_naming_its_host_needs_no_pod_address() -> None:
-    """As for probes: an explicit ``host`` is dialled as it is (the kubelet does the same)."""
-    from gateway.pods.features import check_probes
-    from translators.batch.translator import BatchTranslator
-
-    hook = {"preStop": {"httpGet": {"host": "drain.example", "port": 80, "path": "/"}}}
-    spec = {"containers": [{"name": "app", "lifecycle": hook}]}
-    assert check_probes({"spec": spec}, BatchTranslator.features, can_exec=False, backend="b") == []
+async def test_hooks_the_node_ignores_are_not_run(tmp_path: Path) -> None:
+    """A backend that can run no hook (the harness's: no exec, no pod address) and a node
+    that lists them in ``node.ignore_pod_fields``: the pod runs without them — no postStart
+    holding the container in ContainerCreating, no preStop before the stop — with a Warning
+    PodFieldIgnored each."""
+    harness = ControllerHarness(
+        tmp_path, node=NODE, ignore_pod_fields=["lifecycle.postStart", "lifecycle.preStop"]
+    )
+    ctl = await harness.start()
+    try:
+        log: list[tuple[float, str]] = []
+        ctl.hooks.handlers = Script(harness.clock, log)  # type: ignore[assignment]
+        harness.kube.add(
+            pod(
+                "web",
+                {
+                    "postStart": {"exec": {"command": ["ok", "30", "post"]}},
+                    "preStop": {"sleep": {"seconds": 20}},
+                },
+            )
+        )
+        await run_for(harness.clock, 12)
+        cs = app(harness, "web")
+        assert "running" in cs["state"] and cs["ready"] is True, cs
+        assert len(harness.kube.events("PodFieldIgnored")) == 2
+        harness.kube.user_delete("web", grace=30)
+        await run_for(harness.clock, 8)
+        assert harness.kube.pod("web") is None  # stopped at once: no 20 s preStop sleep
+        assert log == [] and ctl.hooks.running == 0
+    finally:
+        await harness.stop()
