@@ -150,6 +150,7 @@ def test_post_start_then_running_then_pre_stop_then_sigterm_within_the_grace_per
             logs.wait()
         out.close()
         kubectl("delete", "pod", name, "--wait=false", check=False)
+        Path(marker).unlink(missing_ok=True)  # raw_exec wrote it on this host
 
 
 def test_a_failing_post_start_restarts_the_container_and_a_long_grace_is_called_capped(
