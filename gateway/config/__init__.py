@@ -146,7 +146,7 @@ class KubeSettings:
     )
     event_burst: int = field(default=200, metadata=doc("Event write burst", lo=1, hi=100000))
     event_queue: int = field(
-        default=10_000,
+        default=50_000,
         metadata=doc("Events waiting to be written; more are dropped (counted)", lo=1, hi=1000000),
     )
     timeout: float = field(default=30.0, metadata=doc("Request timeout in seconds", lo=1, hi=600))

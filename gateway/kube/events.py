@@ -9,7 +9,10 @@ bounded LRU, so a long-running agent does not grow without bound.
 
 ``kind``/``apiVersion`` come from the object; list items have neither, so a namespaced object
 defaults to ``v1 Pod`` and a cluster-scoped one to ``v1 Node``.  Events about a cluster-scoped
-object go to the ``default`` namespace (as the kubelet does for its Node).
+object go to the ``default`` namespace (as the kubelet does for its Node).  ``record`` keeps
+only the object's reference (``Involved``: the involvedObject fields), never the object: a
+queued Event costs a few hundred bytes, not its whole pod (docs/benchmarks.md, "Events at
+10,000 pods").
 
 Once ``start()`` ran (the App does it), ``record`` only enqueues and ``senders`` background
 tasks write the Events, with their own token bucket (kubelet: ``eventRecordQPS``/``eventBurst``):
@@ -17,8 +20,8 @@ a burst of pods never waits on its Events, as with client-go's broadcaster.  Sev
 keep the bucket, not one request's round trip, the limit (``senders_for``: one per 25 Events
 per second of budget, at least 4, at most 64); an Event goes to the sender chosen by
 its aggregation key, so repeats of one Event are written in order by one sender (a PATCH never
-races the POST it aggregates into).  The queue is bounded (``queue_size``, default 10,000: the
-4 Events of each of 1,000 pods fit while the bucket drains them at 50/s); when it is full an
+races the POST it aggregates into).  The queue is bounded (``queue_size``, default 50,000: the
+4 Events of each of 10,000 pods fit while the bucket drains them); when it is full an
 Event is dropped with a log line and counted (``counts["dropped"]``, exposed as
 ``vkgate_events_total{outcome="dropped"}``, docs/design/metrics.md).  Without ``start()`` (unit
 tests, one-shot tools) ``record`` writes inline.  ``stop()`` drains what is queued, bounded by a
@@ -48,6 +51,43 @@ log = logging.getLogger("gateway.kube.events")
 MESSAGE_LIMIT = 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Involved:
+    """What an Event keeps of its object: the ``involvedObject`` reference, nothing more."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Involved:
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        return cls(
+            api_version=str(obj.get("apiVersion") or "v1"),
+            kind=str(obj.get("kind") or ("Pod" if namespace else "Node")),
+            name=str(meta.get("name", "")),
+            namespace=namespace,
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+    def reference(self, field_path: str) -> dict[str, Any]:
+        ref: dict[str, Any] = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.namespace:
+            ref["namespace"] = self.namespace
+        if self.uid:
+            ref["uid"] = self.uid
+        if self.resource_version:
+            ref["resourceVersion"] = self.resource_version
+        if field_path:
+            ref["fieldPath"] = field_path
+        return ref
+
+
 @dataclass
 class _Seen:
     namespace: str
@@ -59,7 +99,8 @@ def rfc3339(t: _dt.datetime) -> str:
     return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-_Item = tuple[Mapping[str, Any], str, str, str, str]
+#: (object reference, type, reason, message, fieldPath): what a queued Event holds.
+_Item = tuple[Involved, str, str, str, str]
 
 
 #: Events per second one sender keeps up with (a write's round trip on a busy API server is
@@ -86,7 +127,7 @@ class EventRecorder:
         cache_size: int = 4096,
         qps: float = 50.0,
         burst: int = 100,
-        queue_size: int = 10_000,
+        queue_size: int = 50_000,
         senders: int | None = None,
     ) -> None:
         self.client = client
@@ -121,7 +162,7 @@ class EventRecorder:
     ) -> None:
         """Write (or aggregate into) an Event about ``obj``.  Never raises; once started, only
         enqueues (the sender writes it)."""
-        item = (obj, type, reason, message[:MESSAGE_LIMIT], field_path)
+        item = (Involved.of(obj), type, reason, message[:MESSAGE_LIMIT], field_path)
         if self._senders and not all(t.done() for t in self._senders):
             if self._queued >= self.queue_size:
                 self.counts["dropped"] += 1
@@ -189,31 +230,24 @@ class EventRecorder:
     @staticmethod
     def _key(item: _Item) -> tuple[str, str, str, str, str]:
         """The aggregation key: (object uid, fieldPath, reason, message, type)."""
-        obj, etype, reason, message, field_path = item
-        meta = obj.get("metadata") or {}
-        return (str(meta.get("uid") or meta.get("name", "")), field_path, reason, message, etype)
+        ref, etype, reason, message, field_path = item
+        return (ref.uid or ref.name, field_path, reason, message, etype)
 
     async def _send(self, item: _Item) -> None:
-        obj, etype, reason, message, field_path = item
+        ref, etype, reason, message, field_path = item
         try:
-            self.counts[await self._record(obj, etype, reason, message, field_path)] += 1
+            self.counts[await self._record(ref, etype, reason, message, field_path)] += 1
         except Exception as exc:
             self.counts["failed"] += 1
-            meta = obj.get("metadata") or {}
             log.warning(
-                "could not record event %s for %s/%s: %s",
-                reason,
-                meta.get("namespace", ""),
-                meta.get("name", ""),
-                exc,
+                "could not record event %s for %s/%s: %s", reason, ref.namespace, ref.name, exc
             )
 
     async def _record(
-        self, obj: Mapping[str, Any], etype: str, reason: str, message: str, field_path: str
+        self, ref: Involved, etype: str, reason: str, message: str, field_path: str
     ) -> str:
         """Write one Event; returns the outcome (``posted`` or ``aggregated``)."""
-        meta = obj.get("metadata") or {}
-        key = self._key((obj, etype, reason, message, field_path))
+        key = self._key((ref, etype, reason, message, field_path))
         now = rfc3339(self.clock.now())
         seen = self._seen.get(key)
         if seen is not None:
@@ -229,9 +263,9 @@ class EventRecorder:
                 return "aggregated"
             except NotFound:
                 pass  # expired (Event TTL): start a new series below
-        involved = self._involved(obj, field_path)
-        namespace = str(meta.get("namespace") or "default")
-        name = f"{meta.get('name', 'unknown')}.{secrets.token_hex(8)}"
+        involved = ref.reference(field_path)
+        namespace = ref.namespace or "default"
+        name = f"{ref.name or 'unknown'}.{secrets.token_hex(8)}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -260,22 +294,3 @@ class EventRecorder:
             self._seen.pop(key, None)
             raise
         return "posted"
-
-    @staticmethod
-    def _involved(obj: Mapping[str, Any], field_path: str) -> dict[str, Any]:
-        meta = obj.get("metadata") or {}
-        namespaced = bool(meta.get("namespace"))
-        ref: dict[str, Any] = {
-            "apiVersion": obj.get("apiVersion") or "v1",
-            "kind": obj.get("kind") or ("Pod" if namespaced else "Node"),
-            "name": meta.get("name", ""),
-        }
-        if namespaced:
-            ref["namespace"] = meta["namespace"]
-        if meta.get("uid"):
-            ref["uid"] = meta["uid"]
-        if meta.get("resourceVersion"):
-            ref["resourceVersion"] = meta["resourceVersion"]
-        if field_path:
-            ref["fieldPath"] = field_path
-        return ref

@@ -264,3 +264,11 @@ def test_the_probed_pods_bench_reports_cost_and_latency_against_its_targets() ->
     assert "**0.020** (target ≤ 0.05)" in text
     assert "| closed → Ready=False | 2.00 s | 6.50 s | 6.90 s | ≤ 6 s: **not met** |" in text
     assert "| reopened → Ready=True | 2.00 s | 4.00 s | 6.90 s | ≤ 6 s: met |" in text
+
+
+async def test_event_queue_bench_runs_on_a_tiny_count() -> None:
+    from bench import event_queue
+
+    r = await event_queue.measure(5)
+    assert r["queued"] == 20 and r["dropped"] == 0
+    assert 0 < r["bytes_per_event"] < 2000  # a reference, not a pod (about 3 KB each)

@@ -316,3 +316,47 @@ async def test_senders_hold_events_back_while_pod_work_is_due(server: Server) ->
     await run_for(clock, YIELD_MAX + 0.3)
     assert [b["reason"] for _, _, b in server.requests] == ["Created", "Started"]
     await rec.stop()
+
+
+class _Obj(dict[str, Any]):
+    """A dict that can be weakly referenced: to see whether anything still holds it."""
+
+
+async def test_a_queued_event_does_not_hold_its_pod(server: Server) -> None:
+    """A queued Event keeps the involvedObject reference, not the pod: at 10,000 pods the
+    queue held 40,000 Events and with them a pod version each (docs/benchmarks.md)."""
+    import gc
+    import weakref
+
+    clock = FakeClock()
+    client = make_client(server, clock, qps=0)
+    recorder = EventRecorder(client, host="vk-1", clock=clock, qps=1, burst=1)
+    await recorder.start()
+    meta = _Obj(namespace="team-a", name="web", uid="pod-uid", resourceVersion="5")
+    pod = _Obj(metadata=meta, spec={"containers": [{"name": "app", "image": "x" * 4096}]})
+    pod_ref, meta_ref = weakref.ref(pod), weakref.ref(meta)
+    for reason in ("Scheduled", "Pulled", "Created", "Started"):
+        await recorder.record(pod, type="Normal", reason=reason, message="m", field_path="")
+    assert recorder._queued == 4  # queued, none written: the bucket lets one go, no await yet
+    del pod, meta
+    gc.collect()
+    assert pod_ref() is None and meta_ref() is None
+    await run_for(clock, 5)
+    await recorder.stop(drain_seconds=0)
+    reasons = sorted(b["reason"] for _, _, b in server.requests)  # several senders: any order
+    assert reasons == ["Created", "Pulled", "Scheduled", "Started"]
+    assert server.requests[0][2]["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "team-a",
+        "name": "web",
+        "uid": "pod-uid",
+        "resourceVersion": "5",
+    }
+
+
+def test_the_default_queue_holds_the_events_of_10000_pods() -> None:
+    from gateway.config import KubeSettings
+
+    assert KubeSettings().event_queue >= 40_000
+    assert EventRecorder(object(), clock=FakeClock()).queue_size >= 40_000  # type: ignore[arg-type]
