@@ -481,6 +481,18 @@ class Notifier(Protocol):
         ...
 
 
+@runtime_checkable
+class StreamHealth(Protocol):
+    """A Notifier whose change stream reports a stopping workload's end (its terminal state)
+    and can tell whether it is connected right now.  While it is, the agent does not re-list
+    every second for pods whose graceful delete waits on the backend (docs/design/pod-sync.md,
+    "Waiting for a stop")."""
+
+    def change_stream_live(self) -> bool:
+        """True while every watched scope's change stream is connected."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class LogOptions:
     follow: bool = False

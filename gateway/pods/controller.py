@@ -63,6 +63,7 @@ from translators.base import (
     Killer,
     Notifier,
     Restarter,
+    StreamHealth,
     Translator,
     TranslatorError,
     WorkloadState,
@@ -82,7 +83,8 @@ def _kills(translator: Translator) -> bool:
 
 #: Earliest next list after a "kick" (e.g. a delete): kicks within this window coalesce.
 MIN_LIST_SPACING = 0.5
-#: Reconcile interval while some pod waits for its backend workload to stop.
+#: Reconcile interval while some pod waits for its backend workload to stop, unless the
+#: backend's change stream reports the stops (``StreamHealth``; docs/design/pod-sync.md).
 DELETING_INTERVAL = 1.0
 
 
@@ -232,6 +234,8 @@ class PodController:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._last_list = float("-inf")
+        #: True while ``_notify_loop`` consumes the backend's change stream (not backing off).
+        self._notify_up = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _pre_kill(self, pod: Pod, container: str) -> None:
@@ -516,14 +520,19 @@ class PodController:
     async def _reconcile_loop(self) -> None:
         while True:
             interval = self.reconcile_interval
-            if self.actor.acts.stopping():
-                # a graceful delete is waiting for the backend to finish: look more often, so
-                # the final delete follows the backend's confirmation closely.
+            stopping = self.actor.acts.stopping()
+            if stopping and not self._stops_streamed():
+                # a graceful delete is waiting for the backend to finish and no change stream
+                # reports it: look more often, so the final delete follows the backend's
+                # confirmation closely.
                 interval = min(interval, DELETING_INTERVAL)
             wait = interval - (self.clock.monotonic() - self._last_list)
             if wait > 0:
+                # while stops are pending, check every DELETING_INTERVAL that the stream still
+                # reports them (it may drop): a check, not a list
+                nap = min(wait, DELETING_INTERVAL) if stopping else wait
                 kicked = asyncio.ensure_future(self.view.refresh.wait())
-                sleeper = asyncio.ensure_future(self.clock.sleep(wait))
+                sleeper = asyncio.ensure_future(self.clock.sleep(nap))
                 try:
                     await asyncio.wait({kicked, sleeper}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -533,6 +542,8 @@ class PodController:
                     spacing = MIN_LIST_SPACING - (self.clock.monotonic() - self._last_list)
                     if spacing > 0:
                         await self.clock.sleep(spacing)
+                elif nap < wait:
+                    continue
             self.view.refresh.clear()
             try:
                 await self.reconcile_once()
@@ -542,6 +553,18 @@ class PodController:
                 log.warning("backend list failed: %s", exc)
             except Exception:
                 log.exception("reconcile failed")
+
+    def _stops_streamed(self) -> bool:
+        """True while the backend's change stream is up and reports a stopping workload's end:
+        then a pod waiting for its stop needs no list per second (at thousands of stopping pods
+        on Nomad that was a full job list per second).  A backend without a stream, or with
+        one that is down (reconnecting, or our consumer of it failing), gets the fast list."""
+        translator = self.translator
+        return (
+            self._notify_up
+            and isinstance(translator, StreamHealth)
+            and translator.change_stream_live()
+        )
 
     async def reconcile_once(self) -> None:
         """ONE ``translator.list()`` for all pods; queue what changed, vanished or is orphaned."""
@@ -578,6 +601,7 @@ class PodController:
         backoff = Backoff(base=1.0, cap=30.0)
         failures = 0
         while True:
+            self._notify_up = True
             try:
                 async for state in self.translator.changes():
                     failures = 0
@@ -589,10 +613,12 @@ class PodController:
                         continue  # orphans are the reconcile's business
                     self.view.observe(state)
                     self.queue.add(PodKey(state.ref.key))
+                self._notify_up = False
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self._notify_up = False
                 failures += 1
                 delay = backoff.delay(failures, self._rng)
                 log.warning("backend change stream failed (%s); reconnect in %.1fs", exc, delay)

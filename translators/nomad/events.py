@@ -58,6 +58,8 @@ class EventStream:
         self._sleep = sleep if sleep is not None else client._sleep
         #: Number of successful connections (for tests and metrics).
         self.connections = 0
+        #: True while connected (the agent then relies on the stream to see stops).
+        self.live = False
 
     async def __aiter__(self) -> AsyncIterator[list[dict[str, Any]] | None]:
         failures = 0
@@ -74,6 +76,7 @@ class EventStream:
                     read_timeout=self.idle_timeout,
                 ) as resp:
                     self.connections += 1
+                    self.live = True
                     if self.connections > 1:
                         yield None
                     lines = resp.aiter_lines()
@@ -107,6 +110,8 @@ class EventStream:
                 log.info("nomad event stream dropped (%s); resuming at %d", exc, self.index)
             except BackendError as exc:
                 log.warning("nomad event stream: %s", exc)
+            finally:
+                self.live = False
             delay = self.backoff[min(failures, len(self.backoff) - 1)]
             failures += 1
             await self._sleep(delay)

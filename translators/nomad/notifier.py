@@ -59,6 +59,13 @@ class ChangeFeed:
         #: Background stream/backstop tasks; the translator cancels them on close() so none
         #: outlives the HTTP client (a consumer may drop the generator without closing it).
         self.tasks: set[asyncio.Task[None]] = set()
+        #: The event stream of each scope while its loop runs (``live()``).
+        self.streams: dict[tuple[str, str], EventStream] = {}
+
+    def live(self) -> bool:
+        """True while every scope's event stream is connected: the stream then reports a
+        stopping job's end, and the agent need not re-list for it every second."""
+        return len(self.streams) == len(self.scopes) and all(s.live for s in self.streams.values())
 
     async def changes(self) -> AsyncIterator[WorkloadState]:
         queue: asyncio.Queue[WorkloadState] = asyncio.Queue()
@@ -86,14 +93,19 @@ class ChangeFeed:
                 backoff=self.config.retry_backoff,
                 sleep=self._sleep,
             )
-            async for batch in events:
-                try:
-                    if batch is None:
-                        await resync(region, ns_param)
-                        continue
-                    emit(await self._apply_events(batch, region))
-                except BackendError as exc:
-                    log.info("nomad: handling events failed: %s", exc)
+            self.streams[(region, ns_param)] = events
+            try:
+                async for batch in events:
+                    try:
+                        if batch is None:
+                            await resync(region, ns_param)
+                            continue
+                        emit(await self._apply_events(batch, region))
+                    except BackendError as exc:
+                        log.info("nomad: handling events failed: %s", exc)
+            finally:
+                if self.streams.get((region, ns_param)) is events:
+                    del self.streams[(region, ns_param)]
 
         async def backstop(region: str, ns_param: str, index: int) -> None:
             while True:

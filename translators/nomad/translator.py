@@ -707,6 +707,11 @@ class NomadTranslator:
         self._feeds.append(feed)
         return feed.changes()
 
+    def change_stream_live(self) -> bool:
+        """StreamHealth: True while a feed's event streams are all connected (a stopped job's
+        allocations then arrive as events; docs/design/pod-sync.md, "Waiting for a stop")."""
+        return any(feed.live() for feed in self._feeds)
+
     async def _apply_events(self, events: Sequence[JSON], region: str) -> Sequence[JobView]:
         touched = await self.book.apply_events(events, region=region, view_for=self._view_for)
         await self._fill_node_ips(touched)

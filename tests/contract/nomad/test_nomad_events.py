@@ -222,3 +222,62 @@ async def test_close_stops_the_feed_even_when_the_consumer_never_closed_it(
         assert feed_tasks and not any(task.done() for task in feed_tasks)
         await t.close()
         assert all(task.done() for task in feed_tasks)
+
+
+class CutBody(httpx.AsyncByteStream):
+    """A heartbeat, then silence until ``cut`` is set, then a dropped connection."""
+
+    def __init__(self, cut: asyncio.Event) -> None:
+        self.cut = cut
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"{}\n"
+        await self.cut.wait()
+        raise httpx.ReadError("connection reset")
+
+
+async def test_the_stream_says_whether_it_is_live(make_translator: MakeTranslator) -> None:
+    """``change_stream_live()``: the agent relies on the stream to see stops only while it is
+    connected (docs/design/pod-sync.md, "Waiting for a stop")."""
+    running = captured("running")
+    job_a, alloc_a = running["job"], running["allocations"][0]
+    t = await make_translator()
+    cut = asyncio.Event()
+    assert not t.change_stream_live()  # no feed yet
+    with respx.mock(base_url=ADDRESS, assert_all_called=False) as nomad:
+        nomad.get("/v1/jobs").mock(
+            return_value=httpx.Response(200, json=[job_a], headers={"X-Nomad-Index": "100"})
+        )
+        nomad.get("/v1/nodes").mock(return_value=httpx.Response(200, json=[]))
+
+        def allocations(request: httpx.Request) -> Any:
+            if "index" in request.url.params:
+                return hang_forever(request)
+            return httpx.Response(200, json=[alloc_a], headers={"X-Nomad-Index": "100"})
+
+        nomad.get("/v1/allocations").mock(side_effect=allocations)
+        connects = 0
+
+        def streams(request: httpx.Request) -> Any:
+            nonlocal connects
+            connects += 1
+            if connects == 1:
+                return httpx.Response(200, stream=CutBody(cut))
+            return hang_forever(request)  # the reconnect never gets through
+
+        nomad.get("/v1/event/stream").mock(side_effect=streams)
+        it = cast(AsyncGenerator[WorkloadState, None], t.changes())
+        await next_state(it)
+        for _ in range(100):
+            if t.change_stream_live():
+                break
+            await asyncio.sleep(0.01)
+        assert t.change_stream_live()
+        cut.set()  # dropped: reconnecting (the second connect hangs)
+        for _ in range(100):
+            if connects == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert connects == 2 and not t.change_stream_live()
+        await it.aclose()
+        await t.close()

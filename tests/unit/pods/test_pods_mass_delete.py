@@ -1,0 +1,123 @@
+"""Mass graceful delete: the fast re-list (``DELETING_INTERVAL``) only without a live change
+stream (docs/design/pod-sync.md, "Waiting for a stop").  1,000 pods whose backend takes 20 s to
+stop, on a fake clock, counting the backend's list calls while they stop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
+
+from gateway.config import Settings
+from gateway.kube.events import EventRecorder
+from gateway.pods.controller import PodController
+from translators.base import StreamHealth, WorkloadState
+from translators.simulated import SimulatedTranslator
+from vkgate_core.clock import FakeClock
+
+NODE = "vk-mass"
+PODS = 1000
+STOP_SECONDS = 20
+
+
+class Streamed(Polled):
+    """The simulated backend with its change stream and a switch for the stream's health."""
+
+    def __init__(self, inner: SimulatedTranslator) -> None:
+        super().__init__(inner)
+        self.live = True
+
+    def changes(self) -> AsyncIterator[WorkloadState]:
+        return self.inner.changes()
+
+    def change_stream_live(self) -> bool:
+        return self.live
+
+
+async def until(clock: FakeClock, done: Any, limit: float = 60.0) -> None:
+    """Advance fake time until ``done()`` (1,000 pods take more loop rounds than seconds)."""
+    waited = 0.0
+    while not done():
+        assert waited < limit
+        await run_for(clock, 1.0, step=1.0)
+        waited += 1.0
+
+
+async def start(
+    tmp_path: Path, streamed: bool, pods: int = PODS
+) -> tuple[PodController, FakeKube, Any]:
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    s = Settings()
+    s.node.name = NODE
+    s.pods.workers = 8
+    s.pods.reconcile_interval = 10.0
+    sim = SimulatedTranslator(
+        sim_context(clock, NODE), state_file=str(tmp_path / "sim.json"), start_delay=0.5
+    )
+    translator: Polled = Streamed(sim) if streamed else Polled(sim)
+    events = EventRecorder(kube, host=NODE, clock=clock)  # type: ignore[arg-type]
+    ctl = PodController(kube, translator, events, s, clock=clock)  # type: ignore[arg-type]
+    await ctl.start()
+    await settle()
+    for i in range(pods):
+        kube.add(
+            {
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"p{i}",
+                    "annotations": {"vkgate.io/sim-stop-seconds": str(STOP_SECONDS)},
+                },
+                "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x"}]},
+            }
+        )
+    await until(
+        clock,
+        lambda: all(kube.pod(f"p{i}")["status"].get("phase") == "Running" for i in range(pods)),  # type: ignore[index]
+    )
+    for i in range(pods):
+        kube.user_delete(f"p{i}", grace=60)
+    # the deletes are sent: every pod waits for its stop
+    await until(clock, lambda: ctl.stats["backend_deletes"] == pods)
+    assert ctl.actor.acts.stopping()
+    return ctl, kube, translator
+
+
+@pytest.mark.parametrize(
+    ("streamed", "pods"), [(True, PODS), (False, 100)], ids=["stream-1000", "no-stream-100"]
+)
+async def test_pending_deletes_relist_every_second_only_without_a_live_stream(
+    tmp_path: Path, streamed: bool, pods: int
+) -> None:
+    ctl, kube, translator = await start(tmp_path, streamed, pods)
+    assert isinstance(translator, StreamHealth) is streamed
+    try:
+        lists = translator.inner.calls["list"]
+        await run_for(ctl.clock, 14, step=1.0)  # < STOP_SECONDS: all still stopping
+        during = translator.inner.calls["list"] - lists
+        assert all(kube.pod(f"p{i}") is not None for i in range(pods))
+        if streamed:
+            assert during <= 2  # the normal 10 s interval, not one per second
+        else:
+            assert during >= 13  # no stream: DELETING_INTERVAL (1 s)
+        # past STOP_SECONDS: the stops are seen (by the stream, or the lists)
+        await until(ctl.clock, lambda: all(kube.pod(f"p{i}") is None for i in range(pods)), 20)
+    finally:
+        await ctl.stop()
+
+
+async def test_a_stream_that_goes_down_brings_the_fast_relist_back(tmp_path: Path) -> None:
+    ctl, _, translator = await start(tmp_path, True, pods=50)
+    try:
+        lists = translator.inner.calls["list"]
+        await run_for(ctl.clock, 5, step=1.0)
+        assert translator.inner.calls["list"] - lists <= 1
+        translator.live = False  # e.g. Nomad's event stream reconnecting
+        lists = translator.inner.calls["list"]
+        await run_for(ctl.clock, 5, step=1.0)
+        assert translator.inner.calls["list"] - lists >= 4  # within a second of the drop
+    finally:
+        await ctl.stop()
