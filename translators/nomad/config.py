@@ -141,8 +141,11 @@ class NomadConfig:
     """Timeout of one ordinary HTTP call, seconds."""
     connect_timeout: float = 5.0
     """TCP/TLS connect timeout, seconds."""
-    max_connections: int = 32
-    """Connection pool size (Nomad allows 100 per client IP; streams hold one each)."""
+    max_connections: int = 8
+    """Connections to Nomad at most (the HTTP pool): every call, blocking query, the event
+    stream and each log stream count; exec WebSockets do not (docs/design/nomad.md,
+    "Connections").  Nomad allows 100 per client IP (``http_max_conns_per_client``), shared by
+    everything on the same address."""
     retry_backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
     """Delays between retries of a 429/5xx/connection error; its length = number of retries."""
     blocking_wait: float = 60.0

@@ -1,0 +1,61 @@
+"""At most ``max_connections`` (default 8) connections to Nomad per node, whatever the load:
+a loopback HTTP/1.1 server counts the connections open at once under 200 concurrent calls.
+The bound itself (1..99) is in test_nomad_config.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+from translators.nomad.client import NomadClient
+from translators.nomad.config import NomadConfig
+
+
+class CountingServer:
+    """Answers every request with ``200 []`` after ``delay`` s, keeping connections alive."""
+
+    def __init__(self, delay: float = 0.01) -> None:
+        self.delay = delay
+        self.open = 0
+        self.peak = 0
+        self.accepted = 0
+        self.requests = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self.open += 1
+        self.peak = max(self.peak, self.open)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if not head:
+                    break
+                self.requests += 1
+                await asyncio.sleep(self.delay)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"X-Nomad-Index: 1\r\nContent-Length: 2\r\n\r\n[]"
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+async def test_200_concurrent_calls_use_at_most_8_connections() -> None:
+    server = CountingServer()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    config = NomadConfig(address=f"http://127.0.0.1:{port}")
+    assert config.max_connections == 8
+    client = NomadClient(config)
+    try:
+        results = await asyncio.gather(*(client.get("/jobs") for _ in range(200)))
+    finally:
+        await client.aclose()
+        srv.close()
+        await srv.wait_closed()
+    assert results == [[]] * 200 and server.requests == 200
+    assert 1 < server.peak <= 8  # concurrent, and bounded
+    assert server.accepted <= 8  # kept alive and reused, not re-opened per call
