@@ -126,7 +126,9 @@ class NodeUnit:
             queue_size=settings.kube.event_queue,
         )
         #: One instance drives a node: the leader Lease (docs/design/ha.md).
-        self.leader = LeaderElector(kube, self.name, settings.ha, clock=clock, on_lost=on_lost)
+        self.leader = LeaderElector(
+            kube.lease_lane(), self.name, settings.ha, clock=clock, on_lost=on_lost
+        )
         #: What this node's pod syncs, Ready condition and /readyz wait for (gateway.inputs).
         self.gate = InputsGate(
             inputs, clock=clock, timeout=settings.pods.inputs_timeout, node=self.name

@@ -25,6 +25,11 @@ Design decisions:
   and is counted in ``stats``.
 * ``stats`` counts every write sent, keyed ``(verb, resource[/subresource])``, for tests and the
   benchmark (e.g. ``stats[("patch", "pods/status")]``).
+* **The Lease lane** (``lease_lane()``): the node's heartbeat Lease and its leader Lease are
+  renewed through a client of their own — no token bucket (their loops' periods bound them),
+  and with the lean sender its own connections — so a burst of pod traffic saturating the
+  shared bucket or connection pool cannot make the node's own Lease lapse
+  (docs/design/kube-client.md, "The Lease lane").
 * All waiting goes through ``vkgate_core.clock.Clock`` so timing is testable with a fake clock.
 """
 
@@ -194,6 +199,10 @@ def resource_of(path: str) -> str:
     return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
 
 
+#: Connections of the Lease lane (lean sender): a renewal never waits for a pod's request.
+LEASE_CONNECTIONS = 2
+
+
 class KubeClient:
     """Async Kubernetes API client over raw JSON.  Paths are raw API paths."""
 
@@ -227,6 +236,9 @@ class KubeClient:
         self.sender: Sender = sender or make_sender(
             config, transport=transport, timeout=timeout, max_connections=max_connections
         )
+        #: The client whose lane this is (``lease_lane()``), and this client's Lease lane.
+        self._owner: KubeClient | None = None
+        self._lease_lane: KubeClient | None = None
 
     # -- construction ------------------------------------------------------------------
 
@@ -248,7 +260,39 @@ class KubeClient:
     ) -> KubeClient:
         return cls(load_config(str(path), context=context), qps=qps, burst=burst, **kwargs)
 
+    def lease_lane(self) -> KubeClient:
+        """The client the node's Leases are renewed with: the same server, credentials, retry
+        policy, fence and ``stats``, but no token bucket (a renewal loop's period is its rate)
+        and, on the lean sender, ``LEASE_CONNECTIONS`` connections of its own.  So a renewal
+        never queues behind the pods' requests for a token or a connection (under a
+        1,000-pod burst the leader Lease lapsed and the node refused its own writes)."""
+        if self._owner is not None:
+            return self
+        if self._lease_lane is None:
+            sender = self.sender
+            if isinstance(sender, Http11Sender):
+                sender = make_sender(
+                    self.config, timeout=self.timeout, max_connections=LEASE_CONNECTIONS
+                )
+            lane = KubeClient(
+                self.config,
+                sender=sender,
+                qps=0,
+                burst=1,
+                timeout=self.timeout,
+                retry=self.retry,
+                clock=self.clock,
+                rng=self._rng,
+            )
+            lane._owner = self
+            lane.stats = self.stats
+            self._lease_lane = lane
+        return self._lease_lane
+
     async def aclose(self) -> None:
+        lane, self._lease_lane = self._lease_lane, None
+        if lane is not None and lane.sender is not self.sender:
+            await lane.sender.aclose()
         await self.sender.aclose()
 
     @property
@@ -290,8 +334,9 @@ class KubeClient:
             content = _json.dumps(json, separators=(",", ":")).encode()
             hdrs["Content-Type"] = content_type or "application/json"
         verb = _WRITE_VERBS.get(method)
-        if verb and self.fence is not None:
-            refused = self.fence(method, path)
+        fence = self.fence if self._owner is None else self._owner.fence
+        if verb and fence is not None:
+            refused = fence(method, path)
             if refused:
                 raise NotLeader(f"{method} {path} not sent: {refused}", reason="NotLeader")
         bucket = limiter or self._limiter

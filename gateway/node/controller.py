@@ -100,7 +100,7 @@ class NodeController:
             on_change=self.wake,
         )
         self.lease = LeaseKeeper(
-            client,
+            client.lease_lane(),  # not behind the pods' bucket and connections
             self.name,
             duration=ns.lease_duration,
             renew_interval=ns.lease_renew_interval,

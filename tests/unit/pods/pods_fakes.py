@@ -61,6 +61,10 @@ class FakeKube:
 
     # -- helpers for tests ---------------------------------------------------------------
 
+    def lease_lane(self) -> FakeKube:
+        """``KubeClient.lease_lane``: one fake serves the Leases too."""
+        return self
+
     def _bump(self, obj: dict[str, Any]) -> None:
         obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
 
