@@ -39,7 +39,7 @@ from gateway.node.leader import LeaderElector
 from gateway.pods.controller import PodController
 from gateway.pods.teams import NamespaceTeams
 from translators import plugins
-from translators.base import Translator, TranslatorContext
+from translators.base import BackendRequests, Translator, TranslatorContext
 from translators.render.engine import Renderer
 from vkgate_core.clock import Clock, SystemClock
 from vkgate_core.settings import SettingsError
@@ -179,6 +179,7 @@ class NodeUnit:
                 pods=self.pods,
                 leases=(("heartbeat", self.node.lease), ("leader", self.leader)),
                 events=self.events,
+                backend=(self.translator if isinstance(self.translator, BackendRequests) else None),
             )
         self._started: list[Any] = []
 

@@ -482,6 +482,17 @@ class Notifier(Protocol):
 
 
 @runtime_checkable
+class BackendRequests(Protocol):
+    """A backend that counts the HTTP requests it sends, by (method, endpoint) with bounded
+    endpoint names (Nomad: the path of ``acl.ENDPOINTS``); exposed as
+    ``vkgate_backend_requests_total`` (docs/design/metrics.md)."""
+
+    def backend_requests(self) -> Mapping[tuple[str, str], int]:
+        """Requests sent so far, retries included."""
+        ...
+
+
+@runtime_checkable
 class StreamHealth(Protocol):
     """A Notifier whose change stream reports a stopping workload's end (its terminal state)
     and can tell whether it is connected right now.  While it is, the agent does not re-list

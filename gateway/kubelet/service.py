@@ -210,6 +210,12 @@ class KubeletServer:
         )
 
 
+class _Requesting(Protocol):
+    """A backend that counts its HTTP requests by (method, endpoint) (``BackendRequests``)."""
+
+    def backend_requests(self) -> Mapping[tuple[str, str], int]: ...
+
+
 class _Counted(Protocol):
     """A component with counters: ``stats`` (the API client's writes, the pod syncs)."""
 
@@ -246,13 +252,15 @@ def add_component_collectors(
     pods: PodCounters | None = None,
     leases: Sequence[tuple[str, RenewingLease]] = (),
     events: _Watching | None = None,
+    backend: _Requesting | None = None,
 ) -> None:
     """Expose other components' plain counters at scrape time (they never import this package).
 
     ``kube.stats``: API writes keyed ``(verb, resource)``; ``pods.stats``: pod sync counters by
     name; ``pods.queue``: its length; ``pods.reflector.counts`` / ``templates.reflector``: watch
     (re)starts by reason; each of ``leases`` has ``renew_failures`` (heartbeat and leader);
-    ``events.counts``: Events by outcome (posted, aggregated, failed, dropped)."""
+    ``events.counts``: Events by outcome (posted, aggregated, failed, dropped);
+    ``backend.backend_requests()``: the backend's HTTP requests by (method, endpoint)."""
 
     def api_writes() -> dict[tuple[str, ...], float]:
         out: dict[tuple[str, ...], float] = {}
@@ -321,6 +329,19 @@ def add_component_collectors(
             "failed (refused or unreachable API), dropped (the event queue was full)",
             ("outcome",),
             event_outcomes,
+        )
+
+    def backend_requests() -> dict[tuple[str, ...], float]:
+        counts = backend.backend_requests() if backend is not None else {}
+        return {(str(m), str(e)): float(n) for (m, e), n in dict(counts).items()}
+
+    if backend is not None:
+        metrics.collect(
+            "vkgate_backend_requests",
+            "HTTP requests sent to the backend (retries included) by method and endpoint "
+            "(the endpoint table's path, e.g. /job/:job_id)",
+            ("method", "endpoint"),
+            backend_requests,
         )
     if leases:
         metrics.collect(

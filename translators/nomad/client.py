@@ -34,6 +34,7 @@ import logging
 import os
 import ssl
 import urllib.parse
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +176,28 @@ class _GuardedStream(httpx.AsyncByteStream):
         await self.inner.aclose()
 
 
+class CountingTransport(httpx.AsyncBaseTransport):
+    """Counts every request sent to Nomad (each retry too) by ``(method, endpoint path)``, the
+    path in the endpoint table's notation (``/job/:job_id``): bounded labels, never an ID."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, counts: Counter[tuple[str, str]]) -> None:
+        self.inner = inner
+        self.counts = counts
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        at = path.find("/v1/")
+        try:
+            endpoint = endpoint_for(request.method, path[at + 3 :] if at >= 0 else path).path
+        except LookupError:
+            endpoint = "other"
+        self.counts[(request.method, endpoint)] += 1
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class NomadClient:
     """One connection pool to one Nomad address.  Close with ``aclose()``."""
 
@@ -190,6 +213,9 @@ class NomadClient:
         self.retry = retry or retry_policy(config.retry_backoff)
         self._sleep = sleep
         self.ssl: ssl.SSLContext | bool = True if transport is not None else ssl_context(config)
+        #: Requests sent, by (method, endpoint path of ``acl.ENDPOINTS``), retries included;
+        #: exec WebSockets are not HTTP pool requests and are not counted here.
+        self.requests: Counter[tuple[str, str]] = Counter()
         headers = {"User-Agent": "vkgate"}
         if config.token:
             headers["X-Nomad-Token"] = config.token
@@ -204,7 +230,11 @@ class NomadClient:
             base_url=config.address,
             headers=headers,
             timeout=timeout,
-            transport=RetryTransport(TLSGuard(transport), policy=self.retry, sleep=sleep),
+            transport=RetryTransport(
+                CountingTransport(TLSGuard(transport), self.requests),
+                policy=self.retry,
+                sleep=sleep,
+            ),
             trust_env=False,
         )
         #: httpcore sends ``sni_hostname`` as the TLS server name: SNI and the name verified.

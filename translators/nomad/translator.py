@@ -215,6 +215,10 @@ class NomadTranslator:
         self._purges: dict[Key, asyncio.Task[None]] = {}
         #: (region, namespace, job ID) → digest of the Variable items last written.
         self._variables: dict[Key, str] = {}
+        #: Jobs this process registered without a Variable: their purge deletes none.
+        self._no_variable: set[Key] = set()
+        #: Stopped jobs waiting for their allocations to end, woken by the event stream.
+        self._stop_waiters: dict[Key, asyncio.Event] = {}
         self._closed = asyncio.Event()
         self._feeds: list[ChangeFeed] = []
 
@@ -456,6 +460,7 @@ class NomadTranslator:
         if not items or self._variables.get(key) == digest:
             return
         path = variable_path(jid)
+        self._no_variable.discard(key)
         await self.client.call(
             "PUT",
             f"/var/nomad/jobs/{jid}",
@@ -469,6 +474,9 @@ class NomadTranslator:
         """Remove the purged job's Variable (none: 404, done).  A failure is logged, not
         raised: the job is gone already, and a delete must not hang on its leftovers."""
         self._variables.pop((region, namespace, jid), None)
+        if (region, namespace, jid) in self._no_variable:
+            self._no_variable.discard((region, namespace, jid))
+            return  # registered here without one: nothing to delete
         try:
             await self.client.call(
                 "DELETE", f"/var/nomad/jobs/{jid}", namespace=namespace, region=region
@@ -524,6 +532,8 @@ class NomadTranslator:
             assert view is not None
             return self._state(view)
         await self._write_variable(jid, items, namespace=ns, region=region)
+        if not items and (region, ns, jid) not in self._variables:
+            self._no_variable.add((region, ns, jid))
         reply = await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
         data = reply.data or {}
         job_stub = {
@@ -598,15 +608,21 @@ class NomadTranslator:
         if view is None:
             return
         key = view_key(view)
-        try:
-            allocs = await self.client.get(
-                f"/job/{view.job_id}/allocations", namespace=view.namespace, region=view.region
-            )
-        except BackendNotFound:
-            self.book.views.pop(key, None)
-            return
-        for a in allocs or []:
-            merge_alloc(view, a)
+        if view.allocs and self.change_stream_live():
+            # the event stream keeps a placed job's allocations current: no read needed
+            allocs: list[JSON] = list(view.allocs.values())
+        else:
+            try:
+                allocs = await self.client.get(
+                    f"/job/{view.job_id}/allocations",
+                    namespace=view.namespace,
+                    region=view.region,
+                )
+            except BackendNotFound:
+                self.book.views.pop(key, None)
+                return
+            for a in allocs or []:
+                merge_alloc(view, a)
         if all(a.get("ClientStatus") in TERMINAL for a in allocs or []) and (
             view.stop or not allocs
         ):
@@ -664,12 +680,15 @@ class NomadTranslator:
         deadline = start + self.config.purge_timeout
         killed = False
         index = 0
+        key = view_key(view)
         try:
             while self.clock.monotonic() < deadline:
                 remaining = start + grace - self.clock.monotonic()
                 wait = min(10.0, self.config.blocking_wait)
                 if not killed:
                     wait = max(0.5, min(wait, remaining))
+                if self.change_stream_live() and await self._stop_streamed(view, wait):
+                    break  # the event stream showed every allocation ended: no request
                 reply = await self.client.blocking_get(
                     f"/job/{view.job_id}/allocations",
                     index=index,
@@ -689,6 +708,31 @@ class NomadTranslator:
             self.book.views.pop(view_key(view), None)
         except BackendError as exc:
             log.warning("nomad: purge of job %s failed: %s", view.job_id, exc)
+        finally:
+            self._stop_waiters.pop(key, None)
+
+    @staticmethod
+    def _all_ended(view: JobView) -> bool:
+        return bool(view.allocs) and all(
+            a.get("ClientStatus") in TERMINAL for a in view.allocs.values()
+        )
+
+    async def _stop_streamed(self, view: JobView, wait: float) -> bool:
+        """Wait at most ``wait`` s for the event stream to show every allocation of the stopped
+        job ended (``_apply_events`` wakes it); False when it did not (the caller then asks
+        Nomad once, as without a stream: a missed event cannot hold a purge up)."""
+        if self._all_ended(view):
+            return True
+        waiter = self._stop_waiters.setdefault(view_key(view), asyncio.Event())
+        waiter.clear()
+        woken = asyncio.ensure_future(waiter.wait())
+        timer = asyncio.ensure_future(self._sleep(wait))
+        try:
+            await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            timer.cancel()
+        return self._all_ended(view)
 
     # -- notifier ---------------------------------------------------------------------------
 
@@ -707,6 +751,10 @@ class NomadTranslator:
         self._feeds.append(feed)
         return feed.changes()
 
+    def backend_requests(self) -> Mapping[tuple[str, str], int]:
+        """BackendRequests: the client's requests by (method, endpoint table path)."""
+        return self.client.requests
+
     def change_stream_live(self) -> bool:
         """StreamHealth: True while a feed's event streams are all connected (a stopped job's
         allocations then arrive as events; docs/design/pod-sync.md, "Waiting for a stop")."""
@@ -714,6 +762,10 @@ class NomadTranslator:
 
     async def _apply_events(self, events: Sequence[JSON], region: str) -> Sequence[JobView]:
         touched = await self.book.apply_events(events, region=region, view_for=self._view_for)
+        for view in touched:
+            waiter = self._stop_waiters.get(view_key(view))
+            if waiter is not None and self._all_ended(view):
+                waiter.set()
         await self._fill_node_ips(touched)
         await self._record_run_ends(touched)
         return touched
@@ -757,8 +809,12 @@ class NomadTranslator:
 
     async def _record_run_ends(self, views: Sequence[JobView]) -> None:
         """Note where each run that just ended stops in its log files (``runs.py``), in the
-        background: a status change is never held up by the extra call."""
+        background: a status change is never held up by the extra call.  Not for a stopped
+        job (a deleted pod): it runs no more, so no run follows whose ``--previous`` this would
+        bound, and at a mass delete the calls were one or two per pod."""
         for view in views:
+            if view.stop:
+                continue
             for alloc in view.allocs.values():
                 for task in self._runs.needs(alloc):
                     key = (str(alloc["ID"]), task)

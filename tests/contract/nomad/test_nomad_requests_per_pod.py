@@ -1,0 +1,148 @@
+"""Nomad requests per pod (docs/design/nomad.md, "Requests per pod"): one create and one delete
+against the stateful fake Nomad, counted by the client's own counter (``NomadClient.requests``,
+exposed as ``vkgate_backend_requests_total``).  With the event stream up, a delete's status
+comes from the stream (its allocation events are fed as the stream would deliver them)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "common"))
+from harness_nomad import NomadHarness, nomad
+from nomad_fixtures import ADDRESS
+
+from translators.api import TranslatorContext
+from translators.nomad import NomadTranslator
+from vkgate_core.clock import FakeClock
+
+pytestmark = pytest.mark.contract
+
+
+@pytest.fixture
+async def h(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[NomadHarness]:
+    async with nomad(tmp_path, monkeypatch) as harness:
+        assert isinstance(harness, NomadHarness)
+        yield harness
+
+
+async def translator(h: NomadHarness, clock: FakeClock) -> NomadTranslator:
+    """On a fake clock whose sleeps wait for ``advance`` (a wait for the stream really waits)."""
+    t = NomadTranslator(
+        TranslatorContext(node_name=h.node_name, settings={"address": ADDRESS}, clock=clock),
+        environ={},
+    )
+    await h.made.started(t)
+    await t.create(h.pod("warm"))  # the first create reads the client nodes' CPU speed once
+    return t
+
+
+def stream_events(h: NomadHarness, uid: str) -> list[dict[str, Any]]:
+    """What Nomad's event stream carries for the pod's job and allocations now."""
+    events: list[dict[str, Any]] = []
+    for job in h.fake.jobs_of(uid):
+        jid, ns = job["ID"], job["Namespace"]
+        events.append(
+            {"Topic": "Job", "Type": "JobRegistered", "Key": jid, "Namespace": ns,
+             "Index": job["ModifyIndex"], "Payload": {"Job": job}}
+        )  # fmt: skip
+        for a in h.fake.allocs.values():
+            if a["JobID"] == jid:
+                events.append(
+                    {"Topic": "Allocation", "Type": "AllocationUpdated", "Key": a["ID"],
+                     "Namespace": ns, "Index": a["ModifyIndex"], "Payload": {"Allocation": a}}
+                )  # fmt: skip
+    return events
+
+
+async def settle(rounds: int = 30) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def test_with_the_event_stream_a_create_and_a_delete_cost_at_most_3_requests_each(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    t = await translator(h, clock)
+    monkeypatch.setattr(t, "change_stream_live", lambda: True)
+    pod = h.pod("web")
+    before = Counter(t.client.requests)
+    await t.create(pod)
+    create = Counter(t.client.requests) - before
+    h.fake.advance()  # placed and running: the stream says so
+    await t._apply_events(stream_events(h, pod.uid), "")
+    before = Counter(t.client.requests)
+    await t.delete(pod.ref, grace_seconds=30)
+    await settle()
+    assert h.workloads(pod.uid) == 1  # stopped, waiting for the stream to show its end
+    await t._apply_events(stream_events(h, pod.uid), "")  # the stopped allocation's event
+    await settle()
+    delete = Counter(t.client.requests) - before
+    assert h.workloads(pod.uid) == 0  # purged, without waiting on a timer
+    assert create == {("GET", "/job/:job_id"): 1, ("POST", "/jobs"): 1}
+    assert delete == {("DELETE", "/job/:job_id"): 2}  # stop, then purge
+    assert sum(create.values()) <= 3 and sum(delete.values()) <= 3
+
+
+async def test_without_the_stream_a_delete_asks_nomad_when_the_allocations_end(
+    h: NomadHarness,
+) -> None:
+    clock = FakeClock()
+    t = await translator(h, clock)
+    pod = h.pod("web")
+    await t.create(pod)
+    h.fake.advance()
+    before = Counter(t.client.requests)
+    await t.delete(pod.ref, grace_seconds=30)
+    await settle()
+    delete = Counter(t.client.requests) - before
+    assert h.workloads(pod.uid) == 0
+    # read the allocations, stop, wait (a blocking query) for their end, purge; the job was
+    # registered here without a Variable, so none is deleted
+    assert delete == {("GET", "/job/:job_id/allocations"): 2, ("DELETE", "/job/:job_id"): 2}
+
+
+async def test_a_job_registered_elsewhere_still_has_its_variable_deleted(h: NomadHarness) -> None:
+    """After a restart this process does not know whether the job has a Variable: it deletes
+    it as before (a 404 is fine)."""
+    clock = FakeClock()
+    t = await translator(h, clock)
+    pod = h.pod("web")
+    await t.create(pod)
+    h.fake.advance()
+    t._no_variable.clear()  # as after a restart
+    before = Counter(t.client.requests)
+    await t.delete(pod.ref, grace_seconds=30)
+    await settle()
+    assert (Counter(t.client.requests) - before)[("DELETE", "/var/nomad/jobs/:job_id")] == 1
+
+
+async def test_requests_by_endpoint_are_an_own_metric(h: NomadHarness) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gateway.kubelet.service import add_component_collectors
+    from gateway.metrics import Metrics
+    from translators.base import BackendRequests
+
+    t = await translator(h, FakeClock())
+    assert isinstance(t, BackendRequests)
+    metrics = Metrics(process=False)
+    add_component_collectors(metrics, backend=t)
+    await t.create(h.pod("web"))
+    text = metrics.render().decode()
+    [fam] = [f for f in text_string_to_metric_families(text) if f.name == "vkgate_backend_requests"]
+    got = {
+        (s.labels["method"], s.labels["endpoint"]): s.value
+        for s in fam.samples
+        if s.name.endswith("_total")
+    }
+    assert got[("POST", "/jobs")] == 2.0  # the warm-up pod and this one
+    assert got[("GET", "/job/:job_id")] == 2.0
+    assert all(not any(c.isdigit() for c in e) for _, e in got)  # endpoints, never IDs
