@@ -213,6 +213,10 @@ class NomadTranslator:
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
+        #: Blocking queries waiting for stopped jobs at once: at most half the connections
+        #: (docs/design/nomad.md, "Connections"), so a mass delete without the event stream
+        #: queues its waits here instead of taking every connection from creates and lists.
+        self._stop_waits = asyncio.Semaphore(max(1, self.config.max_connections // 2))
         #: (region, namespace, job ID) → digest of the Variable items last written.
         self._variables: dict[Key, str] = {}
         #: Jobs this process registered without a Variable: their purge deletes none.
@@ -689,13 +693,14 @@ class NomadTranslator:
                     wait = max(0.5, min(wait, remaining))
                 if self.change_stream_live() and await self._stop_streamed(view, wait):
                     break  # the event stream showed every allocation ended: no request
-                reply = await self.client.blocking_get(
-                    f"/job/{view.job_id}/allocations",
-                    index=index,
-                    wait=wait,
-                    namespace=view.namespace,
-                    region=view.region,
-                )
+                async with self._stop_waits:
+                    reply = await self.client.blocking_get(
+                        f"/job/{view.job_id}/allocations",
+                        index=index,
+                        wait=wait,
+                        namespace=view.namespace,
+                        region=view.region,
+                    )
                 allocs = reply.data or []
                 if all(a.get("ClientStatus") in TERMINAL for a in allocs):
                     break

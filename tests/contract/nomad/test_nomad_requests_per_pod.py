@@ -146,3 +146,38 @@ async def test_requests_by_endpoint_are_an_own_metric(h: NomadHarness) -> None:
     assert got[("POST", "/jobs")] == 2.0  # the warm-up pod and this one
     assert got[("GET", "/job/:job_id")] == 2.0
     assert all(not any(c.isdigit() for c in e) for _, e in got)  # endpoints, never IDs
+
+
+async def test_a_mass_delete_without_the_stream_leaves_half_the_connections_free(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each stopped job's purge waits with a blocking query while the stream is down; 40 at
+    once would hold every one of the 8 connections (creates and lists then wait for the pool):
+    at most 4 run at a time."""
+    clock = FakeClock()
+    t = await translator(h, clock)
+    pods = [h.pod(f"p{i}") for i in range(40)]
+    for pod in pods:
+        await t.create(pod)
+    h.fake.advance()
+    real = t.client.blocking_get
+    waiting = peak = 0
+
+    async def blocking_get(*args: Any, **kw: Any) -> Any:
+        nonlocal waiting, peak
+        waiting += 1
+        peak = max(peak, waiting)
+        try:
+            await asyncio.sleep(0.01)  # Nomad holds the query a moment
+            return await real(*args, **kw)
+        finally:
+            waiting -= 1
+
+    monkeypatch.setattr(t.client, "blocking_get", blocking_get)
+    await asyncio.gather(*(t.delete(pod.ref, grace_seconds=30) for pod in pods))
+    for _ in range(100):
+        if all(h.workloads(pod.uid) == 0 for pod in pods):
+            break
+        await asyncio.sleep(0.01)
+    assert all(h.workloads(pod.uid) == 0 for pod in pods)  # every job purged in the end
+    assert 1 < peak <= t.config.max_connections // 2 == 4
