@@ -380,3 +380,43 @@ async def test_update_rewrites_file_contents_in_the_variable_and_refuses_env_cha
     )
     assert await translator.update(other_env, created) is False  # needs a re-create
     assert version() == 0
+
+
+async def test_requests_per_pod_on_a_real_nomad(
+    translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
+) -> None:
+    """The pod's own calls (the job's endpoints, its Variable, its allocations' client calls)
+    for one create and one delete with the event stream up; the scope-wide lists (backstop,
+    resync) are shared by every pod and not counted here (docs/design/nomad.md, "Requests per
+    pod")."""
+    from collections import Counter
+
+    def own(c: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
+        return Counter({k: n for k, n in c.items() if k[1] not in ("/jobs", "/allocations")
+                        or k[0] == "POST"})  # fmt: skip
+
+    warm = make_pod(translator.node_name, "exec sleep 300", policy="Always")
+    await translator.create(warm)  # the first create reads the nodes' CPU speed
+    await watch.until(warm.uid, lambda s: s.phase == Phase.RUNNING)
+    deadline = time.monotonic() + 10
+    while not translator.change_stream_live():
+        assert time.monotonic() < deadline, "the event stream never connected"
+        await asyncio.sleep(0.1)
+    pod = make_pod(translator.node_name, "exec sleep 300", policy="Always")
+    before = Counter(translator.client.requests)
+    created = await translator.create(pod)
+    create = own(Counter(translator.client.requests) - before)
+    await watch.until(pod.uid, lambda s: s.phase == Phase.RUNNING)
+    await asyncio.sleep(1)  # the allocation's client calls of its start (node address) settle
+    before = Counter(translator.client.requests)
+    await translator.delete(pod.ref, grace_seconds=2)
+    await watch.until(pod.uid, lambda s: s.containers[0].state == "terminated")
+    deadline = time.monotonic() + 30
+    while nomad_get(nomad_agent, f"/job/{created.backend_id}") is not None:
+        assert time.monotonic() < deadline, "job not purged"
+        await asyncio.sleep(0.2)
+    delete = own(Counter(translator.client.requests) - before)
+    print(f"\ncreate: {dict(create)}\ndelete: {dict(delete)}")
+    assert sum(create.values()) <= 3, create
+    assert sum(delete.values()) <= 3, delete
+    await translator.delete(warm.ref, grace_seconds=0)
