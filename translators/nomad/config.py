@@ -157,7 +157,8 @@ class NomadConfig:
     purge_timeout: float = 300.0
     """After a delete, purge the stopped job once its allocations ended, or after this long."""
     stats_concurrency: int = 8
-    """Allocation stats calls in flight at once while serving /stats/summary or /metrics/resource."""
+    """Allocation stats calls in flight at once while serving /stats/summary or /metrics/resource
+    (at most half of ``max_connections``)."""
     max_kill_timeout: float = 30.0
     """The Nomad clients' ``max_kill_timeout`` (client agent configuration; Nomad's default
     30 s): the longest grace between SIGTERM and SIGKILL a task gets, whatever its

@@ -196,8 +196,14 @@ class NomadTranslator:
         self._sleep: Sleep = self.clock.sleep
         self.client = NomadClient(self.config, transport=transport, sleep=self._sleep)
         self.access = AccessCheck(self.client)
+        # a scrape takes at most half the connections: creates and lists keep the rest
+        # (docs/design/nomad.md, "Connections")
         self.metrics = NomadMetrics(
-            self.client, clock=self.clock, concurrency=self.config.stats_concurrency
+            self.client,
+            clock=self.clock,
+            concurrency=min(
+                self.config.stats_concurrency, max(1, self.config.max_connections // 2)
+            ),
         )
         self.book = JobBook(self.node_name)
         self._runs = Runs()

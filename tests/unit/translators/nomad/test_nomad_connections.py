@@ -59,3 +59,16 @@ async def test_200_concurrent_calls_use_at_most_8_connections() -> None:
     assert results == [[]] * 200 and server.requests == 200
     assert 1 < server.peak <= 8  # concurrent, and bounded
     assert server.accepted <= 8  # kept alive and reused, not re-opened per call
+
+
+def test_a_resource_usage_scrape_takes_at_most_half_the_connections() -> None:
+    from translators.api import TranslatorContext
+    from translators.nomad import NomadTranslator
+
+    def made(**settings: object) -> NomadTranslator:
+        ctx = TranslatorContext(node_name="vk", settings={"address": "http://n:4646", **settings})
+        return NomadTranslator(ctx, environ={})
+
+    assert made().metrics.concurrency == 4  # stats_concurrency 8, max_connections 8
+    assert made(max_connections=32).metrics.concurrency == 8
+    assert made(max_connections=2, stats_concurrency=8).metrics.concurrency == 1
