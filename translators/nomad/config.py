@@ -129,14 +129,17 @@ class NomadConfig:
     """Pod capacity of the virtual node (Nomad has no pod limit)."""
     job_prefix: str = ""
     """Prefix of every job ID (e.g. "k8s-"), handy to tell vkgate's jobs apart in the UI."""
-    restart_attempts: int = 5
-    """Restarts per restart_interval (Always/OnFailure): 5 in 10 minutes is what the kubelet's
-    backoff (10 s doubling to 5 min) allows a container crashing at once in its first 10."""
-    restart_interval: float = 600.0
-    """Window of restart_attempts (seconds or "10m"; the kubelet resets its backoff after 10
-    minutes of running)."""
+    restart_attempts: int = 2
+    """Quick restarts (``restart_delay`` apart) per restart_interval (Always/OnFailure); the
+    exit after them waits for the interval's end.  Nomad has no exponential delay: the defaults
+    approximate the kubelet's 10 s doubling to 5 min (translators/nomad/restarts.py;
+    docs/design/probes.md, "Restart backoff")."""
+    restart_interval: float = 320.0
+    """Window of restart_attempts (seconds or "5m20s"): restart_attempts x restart_delay + 5 min,
+    so the longest wait is the kubelet's longest back-off."""
     restart_delay: float = 10.0
-    """Delay before a restart (seconds or "10s"; the kubelet's first backoff)."""
+    """Delay before a quick restart (seconds or "10s"; the kubelet's first back-off; Nomad adds
+    up to 25 % jitter)."""
     timeout: float = 30.0
     """Timeout of one ordinary HTTP call, seconds."""
     connect_timeout: float = 5.0

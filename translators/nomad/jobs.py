@@ -16,7 +16,8 @@ Identity
     ``k8s.name``, ``k8s.uid`` (and the container names by role, for status mapping); only jobs
     whose owner *and* node match are ever listed, adopted or deleted.
 
-restartPolicy (docs/design/nomad.md, "Pod to job mapping"; neither Always nor OnFailure gives up)
+restartPolicy (docs/design/nomad.md, "Pod to job mapping"; neither Always nor OnFailure gives up;
+the numbers approximate the kubelet's backoff: translators/nomad/restarts.py)
     ============  =========  ==========================================================
     Always        service    restart {Attempts: restart_attempts, Mode: delay} — never gives up
     OnFailure     batch      restart {Attempts: restart_attempts, Mode: delay}, no reschedule

@@ -42,7 +42,9 @@ from translators.nomad.jobs import (
     task_volumes,
 )
 from translators.nomad.literal import POD_IP_SENTINEL, delimiters
+from translators.nomad.restarts import interval_for
 from translators.render.engine import Renderer
+from vkgate_core.backoff import RESTART_BACKOFF
 
 CFG = NomadConfig.from_settings({}, environ={})
 
@@ -336,23 +338,20 @@ def test_restart_policy_table() -> None:
 
 
 def test_restart_defaults_follow_the_kubelets_backoff() -> None:
-    """10 s first delay; 5 restarts per 10 minutes — what the kubelet's backoff (10 s doubling
-    to 5 min, reset after 10 min) allows a container crashing at once in its first 10 minutes:
-    restarts at 10, 30, 70, 150, 310 s."""
+    """10 s first delay (the kubelet's first back-off); 2 quick restarts per 5 min 20 s, so the
+    stall after them is the kubelet's cap, 5 min (translators/nomad/restarts.py)."""
     cfg = NomadConfig.from_settings({}, environ={})
     _, restart, _ = restart_policy("Always", cfg)
     assert restart == {
-        "Attempts": 5,
-        "Interval": 600 * 10**9,
+        "Attempts": 2,
+        "Interval": 320 * 10**9,
         "Delay": 10 * 10**9,
         "Mode": "delay",
     }
-    backoff, at, kubelet = 10, 0, []
-    while at + backoff <= 600:
-        at += backoff
-        kubelet.append(at)
-        backoff = min(backoff * 2, 300)
-    assert len(kubelet) == restart["Attempts"]
+    assert cfg.restart_delay == RESTART_BACKOFF.base
+    assert cfg.restart_interval == interval_for(cfg.restart_attempts, cfg.restart_delay)
+    # OnFailure: the same block, never "fail" — a Job's backoffLimit decides, not the node
+    assert restart_policy("OnFailure", cfg)[1] == restart
 
 
 def test_overrides_respect_the_allow_lists() -> None:
