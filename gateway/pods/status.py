@@ -736,17 +736,26 @@ def transition_events(
             if now_state == "running" and (old_state != "running" or restarts > old_restarts):
                 # (no per-container "Created": the pod-level Created event names the workload)
                 events.append(("Normal", "Started", f"Started container {name}", fp))
-            if restarts > old_restarts:
-                last = (s.get("lastState") or {}).get("terminated") or {}
-                if int(last.get("exitCode", 0)) != 0:
-                    events.append(
-                        (
-                            "Warning",
-                            "BackOff",
-                            f"Back-off restarting failed container {name} (exit code {last.get('exitCode')})",
-                            fp,
-                        )
+            waiting = (s.get("state") or {}).get("waiting") or {}
+            old_waiting = (b.get("state") or {}).get("waiting") or {}
+            backing_off = waiting.get("reason") == "CrashLoopBackOff"
+            was_backing_off = old_waiting.get("reason") == "CrashLoopBackOff"
+            last = (s.get("lastState") or {}).get("terminated") or {}
+            # the kubelet's BackOff: once per back-off period (a new CrashLoopBackOff wait,
+            # whatever the exit code), or for a failed run's restart seen without its wait
+            if (backing_off and (not was_backing_off or restarts != old_restarts)) or (
+                restarts > old_restarts
+                and not (was_backing_off or backing_off)
+                and int(last.get("exitCode", 0)) != 0
+            ):
+                events.append(
+                    (
+                        "Warning",
+                        "BackOff",
+                        f"Back-off restarting failed container {name} (exit code {last.get('exitCode')})",
+                        fp,
                     )
+                )
             if now_state == "terminated" and old_state != "terminated":
                 term = (s.get("state") or {}).get("terminated") or {}
                 code = int(term.get("exitCode", 0))
@@ -765,8 +774,6 @@ def transition_events(
                             fp,
                         )
                     )
-            waiting = (s.get("state") or {}).get("waiting") or {}
-            old_waiting = (b.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in _WAITING_FAILURES and waiting.get(
                 "reason"
             ) != old_waiting.get("reason"):
@@ -782,7 +789,6 @@ _WAITING_FAILURES = frozenset(
         "CreateContainerError",
         "CreateContainerConfigError",
         "RunContainerError",
-        "CrashLoopBackOff",
     }
 )
 #: Terminated reasons of a container that never ran (the backend could not start it).

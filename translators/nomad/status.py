@@ -28,7 +28,8 @@ Containers, from ``TaskStates`` and their events: ``dead`` → terminated with t
 signal and OOM flag of the last ``Terminated`` event (exit code 0 with a signal → 128+signal;
 reason ``OOMKilled`` (message: Nomad's, e.g. ``Exit Code: 137, Signal: 9``) / ``Completed`` /
 ``Error``); ``running`` → running since ``StartedAt``; after ``Restarting`` →
-``CrashLoopBackOff``, otherwise ``ContainerCreating`` (``PodInitializing`` for main containers
+``CrashLoopBackOff`` with the kubelet's message and Nomad's real delay ("back-off 10s restarting
+failed container=app pod=web_default(uid)", ``backoff_message``), otherwise ``ContainerCreating`` (``PodInitializing`` for main containers
 while prestart tasks run).
 
 A task Nomad could not start is never given a process exit code (docs/design/nomad.md,
@@ -39,7 +40,8 @@ message is ``<event type>: <Nomad's text>``, waiting while Nomad retries, termin
 (containerd's code for ``StartError``) once it gave up.  The pod's message carries the same
 words (and so the Warning Events ``gateway.pods.status`` records from the container states).  Every terminated state has real times: a run's
 ``startedAt`` is its ``Started`` event, ``finishedAt`` its ``Terminated`` event.  ``restartCount`` = ``Restarts`` + one per earlier allocation of the
-job; ``lastState`` = the ``Terminated`` event before the current run.
+job, less the restart Nomad has scheduled but not made yet while the task waits (the kubelet
+counts a restart when it starts the container); ``lastState`` = the ``Terminated`` event before the current run.
 
 Which tasks are init containers is recorded in the job's ``Meta`` (``vkgate.containers``,
 ``vkgate.init_containers``) when vkgate submits the job, because allocation stubs and events do
@@ -67,6 +69,7 @@ from translators.nomad.jobs import (
     META_UID,
 )
 from vkgate_core import timeparse
+from vkgate_core.backoff import go_duration
 
 JSON = dict[str, Any]
 
@@ -293,6 +296,20 @@ def nomad_words(event: Mapping[str, Any]) -> str:
     return f"{event.get('Type')}: {_message(event).strip()}"
 
 
+def pod_words(ref: PodRef) -> str:
+    """``name_namespace(uid)``: the pod in the kubelet's messages (its ``format.Pod``)."""
+    return f"{ref.name}_{ref.namespace}({ref.uid})"
+
+
+def backoff_message(event: Mapping[str, Any], container: str, pod: str) -> str:
+    """The kubelet's CrashLoopBackOff message with the delay Nomad really applies (the
+    ``Restarting`` event's ``StartDelay``, whole seconds): "back-off 10s restarting failed
+    container=app pod=web_default(uid)" (docs/design/probes.md, "Restart backoff")."""
+    details: Mapping[str, str] = event.get("Details") or {}
+    ns = _int(event.get("StartDelay") or details.get("start_delay"), default=0)
+    return f"back-off {go_duration(ns / 1e9)} restarting failed container={container} pod={pod}"
+
+
 def _int(value: Any, *, default: int) -> int:
     try:
         return int(str(value))
@@ -328,9 +345,11 @@ def container_state(
     earlier_runs: int = 0,
     initializing: bool = False,
     previous: Mapping[str, Any] | None = None,
+    pod: str = "",
 ) -> ContainerState:
     """One task's state as a Kubernetes container state.  ``previous`` is the same task's
-    state in the allocation this one replaced (for ``lastState`` after a reschedule)."""
+    state in the allocation this one replaced (for ``lastState`` after a reschedule); ``pod``
+    is the pod as the kubelet names it in messages (``pod_words``)."""
     if ts is None:
         return ContainerState(
             name=name, reason="PodInitializing" if initializing else "ContainerCreating"
@@ -437,7 +456,11 @@ def container_state(
     # the kubelet's order: ErrImagePull after the first failed pull, ImagePullBackOff after more
     repeated = sum(1 for e in events if e.get("Type") == "Driver Failure") > 1
     if latest is not None and latest.get("Type") == "Restarting":
-        reason, message = "CrashLoopBackOff", _message(latest)
+        reason, message = "CrashLoopBackOff", backoff_message(latest, name, pod)
+        if int(ts.get("Restarts") or 0) > 0:
+            # Nomad counts a restart when it schedules it (its Restarting event), the kubelet
+            # when it makes it: the run this wait leads to is not counted yet
+            restarts -= 1
         cause = next(
             (
                 e
@@ -546,7 +569,12 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         mains, inits = tuple(states), ()
     init_states = tuple(
         container_state(
-            n, states.get(n), alloc_id=alloc_id, earlier_runs=earlier, previous=before.get(n)
+            n,
+            states.get(n),
+            alloc_id=alloc_id,
+            earlier_runs=earlier,
+            previous=before.get(n),
+            pod=pod_words(view.ref),
         )
         for n in inits
     )
@@ -566,6 +594,7 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
             earlier_runs=earlier,
             initializing=bool(inits) and not init_done,
             previous=before.get(n),
+            pod=pod_words(view.ref),
         )
         for n in mains
     )

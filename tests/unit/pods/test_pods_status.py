@@ -429,6 +429,40 @@ def test_transition_events() -> None:
     assert ev[:2] == ("Warning", "Failed") and "code 3" in ev[2] and ev[3] == "spec.containers{app}"
 
 
+def test_backoff_once_per_crashloop_wait_and_no_failed_event() -> None:
+    """The kubelet's Warning BackOff for each back-off period (docs/design/probes.md, "Restart
+    backoff"), whatever the exit code; no "Failed: Error: back-off …" (the kubelet has none)."""
+    pod = make_pod()
+    run = st.from_workload(pod, state(running()), now=at(1), host_ip="h", backend="b")
+
+    def waiting(restarts: int, code: int, delay: str) -> dict[str, Any]:
+        c = ContainerState(
+            name="app",
+            reason="CrashLoopBackOff",
+            message=f"back-off {delay} restarting failed container=app pod=p_ns(u)",
+            restart_count=restarts,
+            last_terminated=exited(code),
+        )
+        return st.from_workload(pod, state(c), now=at(2), host_ip="h", backend="b")
+
+    first = waiting(0, 1, "10s")
+    [ev] = st.transition_events(run, first)
+    assert ev[:2] == ("Warning", "BackOff") and "(exit code 1)" in ev[2]
+    assert st.transition_events(first, waiting(0, 1, "10s")) == []  # the same wait
+    again = st.from_workload(
+        pod,
+        state(running(restart_count=1, last_terminated=exited(1))),
+        now=at(3),
+        host_ip="h",
+        backend="b",
+    )
+    # the restart ends a wait already reported: Started only
+    assert [e[1] for e in st.transition_events(first, again)] == ["Started"]
+    assert [e[1] for e in st.transition_events(again, waiting(1, 0, "10s"))] == ["BackOff"]
+    # a new wait seen straight after the last one (the run between them not seen)
+    assert [e[1] for e in st.transition_events(first, waiting(1, 1, "4m55s"))] == ["BackOff"]
+
+
 def test_a_container_that_never_started_gets_the_backends_words_not_an_exit_code() -> None:
     pod = make_pod(restartPolicy="Never")
     pending = st.pending(pod, now=at(0), host_ip="h")
