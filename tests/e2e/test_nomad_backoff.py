@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from conftest import Kubectl, wait_until
 
-from gateway.devstack.agent import GatewayProcess
-from gateway.devstack.controlplane import ControlPlane
-from gateway.devstack.nomad_cluster import NomadCluster
+from devstack.agent import GatewayProcess
+from devstack.controlplane import ControlPlane
+from devstack.nomad_cluster import NomadCluster
 
 pytestmark = pytest.mark.e2e
 
