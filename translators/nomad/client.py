@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from translators.base import BackendAuthError, BackendError, BackendUnavailable
+from translators.base import BackendAuthError, BackendError, BackendThrottled, BackendUnavailable
 from translators.nomad.acl import Endpoint, Refusals, endpoint_for
 from translators.nomad.config import NomadConfig
 from translators.nomad.errors import error_for_status, error_for_transport, tls_problem
@@ -52,6 +52,8 @@ from vkgate_core.settings import SettingsError
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+#: How long one more log stream waits for one of ``max_log_streams`` to end (seconds).
+LOG_STREAM_WAIT = 5.0
 Params = Mapping[str, str | int | bool | list[str] | None]
 Query = list[tuple[str, str | int | float | bool | None]]
 
@@ -224,6 +226,7 @@ class NomadClient:
             max_keepalive_connections=min(10, config.max_connections),
         )
         timeout = httpx.Timeout(config.timeout, connect=config.connect_timeout)
+        injected = transport is not None
         if transport is None:
             transport = httpx.AsyncHTTPTransport(verify=self.ssl, limits=limits, trust_env=False)
         self.http = httpx.AsyncClient(
@@ -237,6 +240,29 @@ class NomadClient:
             ),
             trust_env=False,
         )
+        #: Log streams on a pool of their own (``max_log_streams``): a followed stream holds
+        #: its connection while it follows (docs/design/nomad.md, "Connections").  An injected
+        #: transport (tests) serves both.
+        self.logs_http = self.http
+        if not injected:
+            log_limits = httpx.Limits(
+                max_connections=config.max_log_streams,
+                max_keepalive_connections=config.max_log_streams,
+            )
+            self.logs_http = httpx.AsyncClient(
+                base_url=config.address,
+                headers=headers,
+                timeout=timeout,
+                transport=CountingTransport(
+                    TLSGuard(
+                        httpx.AsyncHTTPTransport(
+                            verify=self.ssl, limits=log_limits, trust_env=False
+                        )
+                    ),
+                    self.requests,
+                ),
+                trust_env=False,
+            )
         #: httpcore sends ``sni_hostname`` as the TLS server name: SNI and the name verified.
         self._extensions: dict[str, Any] = (
             {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
@@ -246,6 +272,8 @@ class NomadClient:
 
     async def aclose(self) -> None:
         await self.http.aclose()
+        if self.logs_http is not self.http:
+            await self.logs_http.aclose()
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -392,8 +420,10 @@ class NomadClient:
         namespace: str | None = None,
         region: str | None = None,
         read_timeout: float | None = None,
+        logs: bool = False,
     ) -> AsyncIterator[httpx.Response]:
-        """Open a long-lived GET (event stream, logs); errors on open are mapped, not retried."""
+        """Open a long-lived GET (event stream, logs); errors on open are mapped, not retried.
+        ``logs``: on the log streams' own pool (``max_log_streams``)."""
         what = f"GET /v1{path}"
         endpoint = self.endpoint("GET", path)
         q = self.params(params, namespace=namespace, region=region)
@@ -401,8 +431,10 @@ class NomadClient:
         timeout = httpx.Timeout(
             self.config.timeout if read_timeout is None else read_timeout,
             connect=self.config.connect_timeout,
+            pool=LOG_STREAM_WAIT if logs else None,
         )
-        req = self.http.build_request(
+        http = self.logs_http if logs else self.http
+        req = http.build_request(
             "GET",
             "/v1" + path,
             params=q,
@@ -410,7 +442,15 @@ class NomadClient:
             extensions={**self._extensions, RETRY: NO_RETRY},
         )
         try:
-            resp = await self.http.send(req, stream=True)
+            resp = await http.send(req, stream=True)
+        except httpx.PoolTimeout as exc:
+            if not logs:
+                raise error_for_transport(exc, what=what, address=self.config.address) from exc
+            raise BackendThrottled(
+                f"{self.config.max_log_streams} log streams of this node are open already "
+                f"(backend.nomad.max_log_streams); none ended within {LOG_STREAM_WAIT:g}s",
+                status=None,
+            ) from exc
         except httpx.HTTPError as exc:
             raise error_for_transport(exc, what=what, address=self.config.address) from exc
         try:

@@ -145,10 +145,15 @@ class NomadConfig:
     connect_timeout: float = 5.0
     """TCP/TLS connect timeout, seconds."""
     max_connections: int = 8
-    """Connections to Nomad at most (the HTTP pool): every call, blocking query, the event
-    stream and each log stream count; exec WebSockets do not (docs/design/nomad.md,
-    "Connections").  Nomad allows 100 per client IP (``http_max_conns_per_client``), shared by
+    """Connections to Nomad at most (the HTTP pool): every call, blocking query and the event
+    stream count; log streams have their own pool (``max_log_streams``) and exec WebSockets
+    are not pooled (docs/design/nomad.md, "Connections").  Nomad allows 100 per client IP (``http_max_conns_per_client``), shared by
     everything on the same address."""
+    max_log_streams: int = 4
+    """Log streams open at once (``kubectl logs``, followed or not), on a pool of their own
+    beside ``max_connections``: a followed stream holds its connection as long as it follows,
+    so sharing the pool would let a few ``kubectl logs -f`` starve creates (docs/design/nomad.md,
+    "Connections").  One more waits up to 5 s for a stream to end, then fails saying so."""
     retry_backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
     """Delays between retries of a 429/5xx/connection error; its length = number of retries."""
     blocking_wait: float = 60.0
@@ -295,6 +300,7 @@ _KINDS: dict[str, tuple[Kind, float | None, float | None]] = {
     "pods": ("int", 0, None),
     "restart_attempts": ("int", 0, None),
     "max_connections": ("int", 1, 99),  # Nomad allows 100 connections per client IP
+    "max_log_streams": ("int", 1, 64),
     "stats_concurrency": ("int", 1, 256),
     "mhz_per_core": ("float", 0, None),
     "restart_interval": ("duration", 1, 7 * 86400),

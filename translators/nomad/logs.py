@@ -164,6 +164,7 @@ class LogReader:
                 namespace=target.namespace,
                 region=target.region,
                 read_timeout=max(30.0, self.client.config.timeout),
+                logs=True,
             ) as resp:
                 buffer = bytearray()
                 async for chunk in resp.aiter_bytes():
