@@ -65,6 +65,7 @@ def _config(
     serf: int,
     docker_host: str | None = None,
     network_interface: str = "lo",
+    bench_allocs: int = 0,
 ) -> str:
     # HCL is a superset of JSON: the agent reads a .json config file directly.
     cfg: dict[str, Any] = {
@@ -93,7 +94,31 @@ def _config(
         "consul": {"auto_advertise": False, "server_auto_join": False, "client_auto_join": False},
         "vault": {"enabled": False},
     }
+    if bench_allocs:
+        _bench_client(cfg, bench_allocs)
     return json.dumps(cfg, indent=2)
+
+
+#: What one bench allocation may hold at most (``bench_client``): 10 MHz, 16 MB, 16 MB disk.
+BENCH_ALLOC_MHZ, BENCH_ALLOC_MB, BENCH_ALLOC_DISK_MB = 10, 16, 16
+
+
+def _bench_client(cfg: dict[str, Any], allocs: int) -> None:
+    """A client that declares room for ``allocs`` small allocations (bench/nomad_burst.py).
+
+    The benchmark's tasks use ``mock_driver`` (registered in Nomad builds without the
+    ``release`` tag, as ours: helper/pluginutils/catalog/register_testing.go), which runs in the
+    agent's process and uses no CPU or memory of its own, so the client *declares* the capacity
+    (``cpu_total_compute``, ``memory_total_mb``, ``disk_total_mb``) instead of fingerprinting
+    the machine's.  ``gc_max_allocs`` is raised so the client does not garbage-collect
+    (and slow down) while it holds thousands of allocations; the server log at WARN."""
+    client = cfg["client"]
+    client["cpu_total_compute"] = max(4000, allocs * BENCH_ALLOC_MHZ * 2)
+    client["memory_total_mb"] = max(4096, allocs * BENCH_ALLOC_MB * 2)
+    client["disk_total_mb"] = max(4096, allocs * BENCH_ALLOC_DISK_MB * 2)
+    client["disk_free_mb"] = client["disk_total_mb"]
+    client["gc_max_allocs"] = max(50, allocs * 2)
+    cfg["log_level"] = "WARN"
 
 
 @dataclass
@@ -198,6 +223,7 @@ def _start_once(
     *,
     docker_host: str | None = None,
     network_interface: str = "lo",
+    bench_allocs: int = 0,
 ) -> NomadAgent:
     http, rpc, serf = free_port(), free_port(), free_port()
     conf = wd / "agent.json"
@@ -209,6 +235,7 @@ def _start_once(
             serf=serf,
             docker_host=docker_host,
             network_interface=network_interface,
+            bench_allocs=bench_allocs,
         )
     )
     env = dict(os.environ, CHECKPOINT_DISABLE="1")
@@ -259,6 +286,7 @@ def launch_nomad(
     run_as: str = "",
     docker_host: str | None = None,
     network_interface: str = "lo",
+    bench_allocs: int = 0,
 ) -> NomadAgent:
     """Start the dev agent and wait for a leader and a ready node; the caller must stop it.
 
@@ -270,6 +298,8 @@ def launch_nomad(
     ``docker_host`` (``unix://…`` of a private dockerd) enables the docker driver; the agent
     then runs as root (the socket is root's).  ``network_interface``: the interface whose first
     address the client fingerprints as its own (``vkgate dev --node-ip``/``--netns``).
+    ``bench_allocs``: a client declaring room for that many small mock_driver allocations
+    (``_bench_client``; bench/nomad_burst.py).
     """
     mode = run_as or os.environ.get("VKGATE_NOMAD_RUN_AS", "auto")
     if mode not in {"auto", "root", "unprivileged"}:
@@ -280,7 +310,12 @@ def launch_nomad(
     try:
         if mode == "unprivileged" and is_root and docker_host is None:
             return _start_once(
-                exe, wd, timeout, _unprivileged_ids(), network_interface=network_interface
+                exe,
+                wd,
+                timeout,
+                _unprivileged_ids(),
+                network_interface=network_interface,
+                bench_allocs=bench_allocs,
             )
         try:
             return _start_once(
@@ -290,6 +325,7 @@ def launch_nomad(
                 None,
                 docker_host=docker_host,
                 network_interface=network_interface,
+                bench_allocs=bench_allocs,
             )
         except DevstackError as exc:
             if docker_host or not (mode == "auto" and is_root and "cgroup" in str(exc).lower()):
@@ -298,7 +334,12 @@ def launch_nomad(
             for leftover in ("data", "alloc", "client"):
                 shutil.rmtree(wd / leftover, ignore_errors=True)
             return _start_once(
-                exe, wd, timeout, _unprivileged_ids(), network_interface=network_interface
+                exe,
+                wd,
+                timeout,
+                _unprivileged_ids(),
+                network_interface=network_interface,
+                bench_allocs=bench_allocs,
             )
     except BaseException:
         if workdir is None:
