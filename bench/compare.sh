@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
 # The side-by-side comparison in docs/benchmarks.md, regenerated: every agent on one API server
-# per run, N = 200, 1,000 and 10,000, then the plots.  About 35 minutes on 2 cores.
-# Run from the repository root, with the bench extra installed (pip install -e '.[bench]'):
-#     bash bench/compare.sh
+# per run, N = 200, 1,000 and 10,000, then the same through a real Nomad (mock_driver) against
+# the Nomad floor at N = 1,000 (a burst and 20 pods/s), then the plots.  About 45 minutes on
+# 2 cores.  Run from the repository root, with the bench extra installed (pip install -e '.[bench]'):
+#     bash bench/compare.sh              # everything
+#     bash bench/compare.sh --no-nomad   # the simulated backend only (~35 min)
+#     bash bench/compare.sh --nomad      # the Nomad comparison only (~10 min)
+#     NOMAD_LARGE=1 bash bench/compare.sh --nomad   # and 5,000 pods through Nomad (+ ~15 min)
 set -uo pipefail  # a run that reports errors (e.g. a timed-out agent) does not stop the rest
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-/tmp/vkgate-bench}
 mkdir -p "$OUT"
+SIMULATED=1
+NOMAD=1
+case "${1:-}" in
+  --no-nomad) NOMAD=0 ;;
+  --nomad) SIMULATED=0 ;;
+  "") ;;
+  *) echo "usage: bash bench/compare.sh [--no-nomad | --nomad]" >&2; exit 2 ;;
+esac
 run() { "$PY" -m devstack.netns -- "$PY" -m bench.pods_burst "$@"; }
+nomad() { "$PY" -m devstack.netns -- "$PY" -m bench.nomad_burst "$@"; }
+
+if [ "$SIMULATED" = 1 ]; then
 LIFTED=(--set kube.qps=1000 --set kube.burst=2000 --set kube.event_qps=1000 --set kube.event_burst=2000)
 
 # Limits lifted: vkgate against the Go virtual-kubelet library and the client-go floor.
@@ -27,4 +42,18 @@ run --pods 1000 --rounds 1 --timeout 300 --idle 20 --agents go-vk-binary,vkgate 
 # anyone should use) shows what the API server's time for them costs.
 run --pods 1000 --rounds 1 --agents go-floor,vkgate "${LIFTED[@]}" --set kube.event_qps=0.1 \
     --set kube.event_burst=1 --label events-held --section burst_lifted_1000_events_held --write-docs
+fi
+
+if [ "$NOMAD" = 1 ]; then
+  # Through a real Nomad dev agent (mock_driver tasks) against the Nomad floor: a 1,000-pod
+  # burst with 30 s of steady state and a py-spy profile, then 1,000 pods at 20 pods/s; a
+  # 300-pod burst first (time to all Running against N).
+  nomad --pods 300 --json "$OUT/nomad-300.json" --section nomad_burst_300 --write-docs
+  nomad --pods 1000 --rate 20 --rate-pods 1000 --idle 30 --profile "$OUT" \
+      --json "$OUT/nomad-1000.json" --section nomad_burst_1000 --write-docs
+  if [ "${NOMAD_LARGE:-0}" = 1 ]; then
+    nomad --pods 5000 --idle 60 --timeout 1800 --json "$OUT/nomad-5000.json" \
+        --section nomad_burst_5000 --write-docs
+  fi
+fi
 "$PY" -m bench.plots "$OUT"/*.json --out docs/bench

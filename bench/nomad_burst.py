@@ -200,6 +200,7 @@ class NomadRun:
     idle_seconds: float = 0.0
     idle_cpu: float | None = None  # vkgate CPU over the idle window
     connections_max: int = 0
+    connections_opened: int = 0
     agent_cpu_create: float | None = None
     agent_cpu_delete: float | None = None
     nomad_cpu_create: float | None = None
@@ -250,6 +251,7 @@ class NomadRun:
                 else None
             ),
             "connections_max": self.connections_max,
+            "connections_opened": self.connections_opened,
             "agent_cpu": self.agent_cpu,
             "cpu_per_pod_ms": (
                 self.agent_cpu / self.pods * 1000 if self.agent_cpu is not None else None
@@ -541,6 +543,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
             snap = s.proxy.counts()
             res.requests_delete = counts_diff(snap["requests"], c1)
             res.connections_max = int(snap["connections_max"])
+            res.connections_opened = int(snap["connections_opened"])
         finally:
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
@@ -621,6 +624,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
             snap = s.proxy.counts()
             res.requests_delete = counts_diff(snap["requests"], c1)
             res.connections_max = int(snap["connections_max"])
+            res.connections_opened = int(snap["connections_opened"])
     except Exception as exc:
         res.error = _join(res.error, f"{type(exc).__name__}: {exc}")
     finally:
@@ -685,7 +689,7 @@ def _top(counts: Counter[str], n: int, limit: int = 8) -> str:
 def markdown(
     results: Sequence[NomadRun], *, args: argparse.Namespace, machine: Sequence[str]
 ) -> str:
-    out = [f"Command: `{args.command}`", "", *machine, ""]
+    out = [f"### Through a real Nomad: {args.pods} pods (`{args.command}`)", "", *machine, ""]
     header = [
         "round",
         "run",
@@ -698,7 +702,7 @@ def markdown(
         "x floor",
         "Nomad req/pod create",
         "Nomad req/pod delete",
-        "conns max",
+        "conns max / opened",
         "vkgate CPU/pod",
         "Nomad CPU",
         "load 1 min",
@@ -723,7 +727,7 @@ def markdown(
                 _ratio(r.purged_wall, floor.purged_wall) if floor and r is not floor else "",
                 f"{sum(r.requests_create.values()) / r.pods:.2f}",
                 f"{sum(r.requests_delete.values()) / r.pods:.2f}",
-                r.connections_max,
+                f"{r.connections_max} / {r.connections_opened}",
                 _s(None if r.agent_cpu is None else r.agent_cpu / r.pods * 1000, " ms", 1),
                 _s(r.nomad_cpu),
                 f"{r.load[0]:.1f} → {r.load[1]:.1f}" if r.load else "n/a",
@@ -887,7 +891,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = args.profile / f"vkgate-nomad-{args.pods}.raw"
         if raw.exists():
             text += (
-                f"\n### Where vkgate's CPU goes (py-spy over round 1's {args.pods}-pod burst)\n\n"
+                f"\n#### Where vkgate's CPU goes (py-spy over round 1's {args.pods}-pod burst)\n\n"
                 + bench_profile.summarize(raw)
             )
     sys.stdout.write(text)

@@ -13,7 +13,8 @@ upstream connection per client connection keeps them in order.  Plain HTTP only 
 dev agent has no TLS).
 
 The control address answers ``GET /counts`` with JSON ``{"requests": {endpoint: n},
-"connections": now, "connections_max": max since the last reset}`` and ``POST /reset`` (zero
+"connections": now, "connections_max": max since the last reset,
+"connections_opened": since the last reset}`` and ``POST /reset`` (zero
 the counts, max := now).  Endpoints are ``METHOD /v1/path`` with IDs replaced by ``:id``
 (``endpoint``), plus ``?index`` for a blocking query and ``?purge`` for a purging deregister.
 """
@@ -67,9 +68,12 @@ class Stats:
         self.requests: Counter[str] = Counter()
         self.connections = 0
         self.connections_max = 0
+        #: connections opened since the last reset (churn: a pooled client opens few)
+        self.connections_opened = 0
 
     def opened(self) -> None:
         self.connections += 1
+        self.connections_opened += 1
         self.connections_max = max(self.connections_max, self.connections)
 
     def closed(self) -> None:
@@ -78,12 +82,14 @@ class Stats:
     def reset(self) -> None:
         self.requests.clear()
         self.connections_max = self.connections
+        self.connections_opened = 0
 
     def snapshot(self) -> dict[str, object]:
         return {
             "requests": dict(self.requests),
             "connections": self.connections,
             "connections_max": self.connections_max,
+            "connections_opened": self.connections_opened,
         }
 
 
@@ -152,7 +158,7 @@ class Proxy:
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
-            self.stats.closed()
+            self.stats.closed()  # the client's side is closed: it no longer holds it
             if up_w is not None:
                 with contextlib.suppress(Exception):
                     up_w.close()

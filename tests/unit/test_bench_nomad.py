@@ -1,0 +1,234 @@
+"""The Nomad-scale benchmark's pure parts (``bench.nomad_burst``, ``bench.nomad_proxy``): the
+proxy's request accounting (against a loopback upstream), endpoint names, the floor's
+bookkeeping, percentiles and per-pod counts, the report's ratios to the floor, the bench job
+template and the plots.  No Nomad and no timing assertions here (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
+
+from bench import nomad_burst, nomad_proxy, plots, report  # noqa: E402
+from bench.nomad_burst import FloorBook, NomadRun  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "expected"),
+    [
+        ("POST", "/v1/jobs", "POST /v1/jobs"),
+        ("GET", "/v1/jobs?prefix=nb-1&namespace=*", "GET /v1/jobs"),
+        (
+            "GET",
+            "/v1/job/nb-1-p0001-ab12/allocations?index=42&wait=5m",
+            "GET /v1/job/:id/allocations?index",
+        ),
+        ("GET", "/v1/job/nb-1-p0001-ab12/allocations?index=0", "GET /v1/job/:id/allocations"),
+        ("DELETE", "/v1/job/nb-1-p0001-ab12?purge=true", "DELETE /v1/job/:id?purge"),
+        ("DELETE", "/v1/job/nb-1-p0001-ab12", "DELETE /v1/job/:id"),
+        ("GET", "/v1/allocation/1f2e", "GET /v1/allocation/:id"),
+        ("GET", "/v1/client/allocation/1f2e/stats", "GET /v1/client/allocation/:id/stats"),
+        ("GET", "/v1/client/fs/ls/1f2e?path=/alloc", "GET /v1/client/fs/ls/:id"),
+        ("GET", "/v1/event/stream?topic=Job", "GET /v1/event/stream"),
+        ("get", "/v1/node/abc", "GET /v1/node/:id"),
+    ],
+)
+def test_proxy_names_endpoints_without_ids(method: str, target: str, expected: str) -> None:
+    assert nomad_proxy.endpoint(method, target) == expected
+
+
+async def _upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A tiny HTTP/1.1 server: answers every request on the connection with its body length."""
+    try:
+        while line := await reader.readline():
+            headers: dict[str, str] = {}
+            while (h := await reader.readline()) not in (b"\r\n", b""):
+                k, _, v = h.decode().partition(":")
+                headers[k.strip().lower()] = v.strip()
+            body = b""
+            if headers.get("transfer-encoding") == "chunked":
+                while (size := int((await reader.readline()).strip(), 16)) != 0:
+                    body += (await reader.readexactly(size + 2))[:-2]
+                await reader.readline()
+            elif headers.get("content-length"):
+                body = await reader.readexactly(int(headers["content-length"]))
+            answer = json.dumps({"line": line.decode().strip(), "body": len(body)}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(answer)}\r\n\r\n".encode()
+                + answer
+            )
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+async def test_proxy_counts_requests_on_kept_alive_connections_and_the_most_open() -> None:
+    upstream = await asyncio.start_server(_upstream, "127.0.0.1", 0)
+    up_port = upstream.sockets[0].getsockname()[1]
+    proxy = nomad_proxy.Proxy(("127.0.0.1", up_port))
+    front = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    port = front.sockets[0].getsockname()[1]
+    async with upstream, front:
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, trust_env=False) as one:
+            r = await one.post("/v1/jobs", json={"Job": {"ID": "x" * 5000}})
+            assert r.json() == {"line": "POST /v1/jobs HTTP/1.1", "body": 5017}
+            r = await one.get("/v1/job/abc/allocations", params={"index": 7})
+            assert r.json()["line"].startswith("GET /v1/job/abc/allocations?index=7")
+
+            async def chunks() -> Any:
+                yield b"abc"
+                yield b"defg"
+
+            r = await one.put("/v1/system/gc", content=chunks())
+            assert r.json()["body"] == 7, "a chunked body is forwarded whole"
+            assert proxy.stats.connections == 1, "one client connection, kept alive"
+            async with httpx.AsyncClient(base_url=base, trust_env=False) as two:
+                await asyncio.gather(*(two.delete(f"/v1/job/j{i}?purge=true") for i in range(3)))
+                assert proxy.stats.connections_max >= 2
+                assert proxy.stats.connections_opened == 1 + 3, "three deletes at once: 3 more"
+        await asyncio.sleep(0.1)
+        assert proxy.stats.requests == Counter(
+            {
+                "POST /v1/jobs": 1,
+                "GET /v1/job/:id/allocations?index": 1,
+                "PUT /v1/system/gc": 1,
+                "DELETE /v1/job/:id?purge": 3,
+            }
+        )
+        assert proxy.stats.connections == 0, "closed connections are counted down"
+        peak = proxy.stats.connections_max
+        proxy.stats.reset()
+        assert proxy.stats.requests == Counter() and proxy.stats.connections_max == 0 < peak
+        assert proxy.stats.connections_opened == 0
+
+
+def test_floor_bookkeeping_waits_for_every_job_not_only_those_sent_so_far() -> None:
+    book = FloorBook("floor-a-", expected=3)
+    book.sent.update({"floor-a-p0000": 10.0, "floor-a-p0001": 10.5})
+    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "pending"}, 10.2)
+    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "running"}, 11.0)
+    book.observe({"JobID": "floor-a-p0001", "ClientStatus": "running"}, 12.0)
+    book.observe({"JobID": "floor-b-p0002", "ClientStatus": "running"}, 12.0)  # another run
+    book.observe({"JobID": "floor-a-p0009", "ClientStatus": "running"}, 12.0)  # never sent
+    assert not book.all_running() and not book.running_done.is_set(), "the third is not sent yet"
+    book.sent["floor-a-p0002"] = 12.5
+    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "running"}, 20.0)  # first one counts
+    assert not book.all_running()
+    book.observe({"JobID": "floor-a-p0002", "ClientStatus": "running"}, 13.5)
+    assert book.all_running() and book.running_done.is_set()
+    assert sorted(book.to_running()) == [1.0, 1.0, 1.5]
+    # a terminal allocation counts only after its job's deregister was sent
+    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "complete"}, 30.0)
+    assert book.terminal == {}
+    for i, job in enumerate(sorted(book.sent)):
+        book.delete_sent[job] = 40.0 + i
+        book.observe({"JobID": job, "ClientStatus": "complete" if i else "failed"}, 42.0 + i)
+    assert book.all_terminal() and book.terminal_done.is_set()
+    assert book.to_terminal() == [2.0, 2.0, 2.0]
+
+
+def test_per_pod_counts_percentiles_and_the_api_clock() -> None:
+    c = Counter({"POST /v1/jobs": 1000, "GET /v1/job/:id": 1000, "GET /v1/jobs": 10})
+    pp = nomad_burst.per_pod(c, 1000)
+    assert pp["total"] == 2.01 and next(iter(pp)) in ("POST /v1/jobs", "GET /v1/job/:id")
+    assert nomad_burst.per_pod(c, 0) == {}
+    assert nomad_burst.counts_diff({"a": 5, "b": 2}, {"a": 3, "b": 2}) == Counter({"a": 2})
+    assert report.percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert report.percentile([3.0], 50) == 3.0
+    pod = {
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:01Z"},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Initialized",
+                    "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:01Z",
+                },
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:04Z"},
+            ]
+        },
+    }
+    assert nomad_burst.api_startup(pod) == 3.0
+    pod["status"]["conditions"][1]["status"] = "False"  # type: ignore[index]
+    assert nomad_burst.api_startup(pod) is None
+
+
+def test_floor_job_is_the_rendered_job_renamed() -> None:
+    job = nomad_burst.render_template_job(Path(_tmp()))
+    task = job["Job"]["TaskGroups"][0]["Tasks"][0]
+    assert task["Driver"] == "mock_driver" and task["Config"] == {"run_for": "240h"}
+    assert task["LogConfig"]["Disabled"] is True
+    assert job["Job"]["TaskGroups"][0]["EphemeralDisk"] == {"SizeMB": 10}
+    assert task["Resources"] == {"CPU": 10, "MemoryMB": 10}
+    floor = nomad_burst.floor_job(job, "floor-x-p0007", "p0007")
+    assert floor["Job"]["ID"] == "floor-x-p0007" and floor["Job"]["Meta"]["k8s.name"] == "p0007"
+    assert floor["Job"]["TaskGroups"] == job["Job"]["TaskGroups"]
+    assert job["Job"]["ID"] != "floor-x-p0007", "the template is not modified"
+
+
+def _tmp() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="vkgate-bench-test-")
+
+
+def _runs() -> list[NomadRun]:
+    floor = NomadRun("floor", 1, 100, running_wall=2.0, gone_wall=1.0, purged_wall=1.0)
+    floor.to_running = [0.5] * 100
+    floor.requests_create = Counter({"POST /v1/jobs": 100})
+    floor.requests_delete = Counter({"DELETE /v1/job/:id?purge": 100})
+    vk = NomadRun("vkgate", 1, 100, running_wall=5.0, gone_wall=4.0, purged_wall=6.0)
+    vk.to_running = [float(i) / 10 for i in range(100)]
+    vk.to_running_api = [1.0] * 100
+    vk.requests_create = Counter({"POST /v1/jobs": 100, "GET /v1/job/:id": 100})
+    vk.requests_delete = Counter({"DELETE /v1/job/:id": 100, "DELETE /v1/job/:id?purge": 100})
+    vk.agent_cpu_create, vk.agent_cpu_delete = 2.0, 1.0
+    vk.idle_seconds, vk.idle_cpu = 30.0, 0.3
+    vk.requests_idle = Counter({"GET /v1/jobs": 3})
+    vk.connections_max, vk.connections_opened = 4, 9
+    vk.load = (1.0, 2.0)
+    rate = NomadRun("vkgate", 1, 100, mode="rate", rate=20, running_wall=6.0, error="boom")
+    return [floor, vk, rate]
+
+
+def test_report_gives_ratios_to_the_floor_of_the_same_round() -> None:
+    args = nomad_burst.parse_args(["--pods", "100", "--idle", "30"])
+    text = nomad_burst.markdown(_runs(), args=args, machine=["- machine: test"])
+    vk_row = next(line for line in text.splitlines() if line.startswith("| 1 | vkgate | 100"))
+    assert "| 2.5x |" in vk_row and "| 6.0x |" in vk_row, vk_row
+    assert "| 2.00 | 2.00 | 4 / 9 | 30.0 ms |" in vk_row, vk_row
+    assert "`GET /v1/job/:id` 1.00" in text
+    assert "1.00 % of a core, Nomad requests 0.10/s" in text
+    assert "round 1 vkgate rate: boom" in text
+    assert "vkgate @ 20/s" in text
+
+
+def test_nomad_arguments_are_bounded() -> None:
+    for bad in (["--pods", "5001"], ["--rounds", "6"], ["--no-burst"], ["--timeout", "0"]):
+        with pytest.raises(SystemExit):
+            nomad_burst.parse_args(bad)
+    args = nomad_burst.parse_args(["--rate", "20", "--no-burst"])
+    assert args.pods == 1000 and args.rate_pods == 1000 and "--rate 20" in args.command
+
+
+def test_plots_draw_the_nomad_figures(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [dict(r.row(), label="t") for r in _runs()]
+    bigger = dict(rows[0], pods=1000, running_wall=9.0)
+    rows.append(json.loads(json.dumps(bigger)))
+    written = {p.name for p in plots.draw(rows, tmp_path)}
+    assert {"nomad_startup.png", "nomad_ready.png", "nomad_requests.png"} <= written
+    series = plots.series([r for r in rows if r["mode"] == "burst"], "running_wall", 1.0)
+    assert series["floor (t)"] == [(100, 2.0), (1000, 9.0)]
