@@ -641,10 +641,16 @@ async def _until(event: asyncio.Event, bound: float) -> None:
 
 
 async def _cleanup(s: Session, prefix: str) -> None:
-    """Purge whatever a failed run left behind, then garbage-collect Nomad."""
-    with contextlib.suppress(httpx.HTTPError):
-        for job in await job_ids(s.direct, prefix):
-            await s.direct.delete(f"/v1/job/{job}", params={"purge": "true"})
+    """Purge whatever a failed run left behind (50 at a time, at most 2 minutes), then
+    garbage-collect Nomad so the next run starts without this one's allocations."""
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(120):
+            jobs = await job_ids(s.direct, prefix)
+
+            async def purge(i: int) -> None:
+                await s.direct.delete(f"/v1/job/{jobs[i]}", params={"purge": "true"})
+
+            await bounded(len(jobs), 50, purge)
     await gc(s.direct)
     await asyncio.sleep(2)
 

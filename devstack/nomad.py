@@ -177,7 +177,47 @@ class NomadAgent:
         try:
             self.proc.stop(timeout=15)
         finally:
+            unmount_under(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def mounts_under(path: Path, mountinfo: str) -> list[str]:
+    """Mount points strictly below ``path`` in a ``/proc/<pid>/mountinfo`` text, deepest first."""
+    prefix = str(path).rstrip("/") + "/"
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+            if point.startswith(prefix):
+                found.append(point)
+    return sorted(found, key=lambda m: (-m.count("/"), m))
+
+
+def unmount_under(path: Path) -> int:
+    """Detach what a root Nomad client left mounted below ``path``: each task's ``secrets``
+    and ``private`` tmpfs, unmounted only when the client destroys the allocation (garbage
+    collection), so a stopped agent with allocations left behind leaves two mounts per
+    allocation that ``rmtree`` cannot remove (measured: 1,060 after a 1,000-pod bench run).
+    Returns how many were detached; not root or nothing mounted: 0."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return 0
+    points = mounts_under(path, text)
+    if not points or os.geteuid() != 0:
+        return 0
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    mnt_detach = 2
+    done = 0
+    for point in points:
+        if libc.umount2(point.encode(), mnt_detach) == 0:
+            done += 1
+        else:
+            log.warning("could not unmount %s: errno %d", point, ctypes.get_errno())
+    return done
 
 
 def _ready_node(agent_address: str) -> dict[str, Any] | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,6 +24,7 @@ if str(REPO) not in sys.path:
 
 from bench import nomad_burst, nomad_proxy, plots, report  # noqa: E402
 from bench.nomad_burst import FloorBook, NomadRun  # noqa: E402
+from devstack import nomad as devstack_nomad  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -166,8 +169,8 @@ def test_per_pod_counts_percentiles_and_the_api_clock() -> None:
     assert nomad_burst.api_startup(pod) is None
 
 
-def test_floor_job_is_the_rendered_job_renamed() -> None:
-    job = nomad_burst.render_template_job(Path(_tmp()))
+def test_floor_job_is_the_rendered_job_renamed(tmp_path: Path) -> None:
+    job = nomad_burst.render_template_job(tmp_path)
     task = job["Job"]["TaskGroups"][0]["Tasks"][0]
     assert task["Driver"] == "mock_driver" and task["Config"] == {"run_for": "240h"}
     assert task["LogConfig"]["Disabled"] is True
@@ -179,10 +182,25 @@ def test_floor_job_is_the_rendered_job_renamed() -> None:
     assert job["Job"]["ID"] != "floor-x-p0007", "the template is not modified"
 
 
-def _tmp() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="vkgate-bench-test-")
+def test_a_stopped_bench_agent_finds_the_mounts_its_allocations_left() -> None:
+    info = "\n".join(
+        [
+            "22 1 0:21 / /tmp rw - tmpfs tmpfs rw",
+            "90 22 0:50 / /tmp/nomad-x/alloc/a1/app/secrets rw - tmpfs tmpfs rw",
+            "91 22 0:51 / /tmp/nomad-x/alloc/a1/app/private rw - tmpfs tmpfs rw",
+            "92 22 0:52 / /tmp/nomad-x/alloc/a2/app/secrets rw - tmpfs tmpfs rw",
+            "93 22 0:53 / /tmp/nomad-x rw - tmpfs tmpfs rw",
+            "94 22 0:54 / /tmp/nomad-xy/alloc/a3/app/secrets rw - tmpfs tmpfs rw",
+            "95 22 0:55 / /tmp/nomad-x/with\\040space rw - tmpfs tmpfs rw",
+        ]
+    )
+    found = devstack_nomad.mounts_under(Path("/tmp/nomad-x"), info)
+    assert found == [
+        "/tmp/nomad-x/alloc/a1/app/private",
+        "/tmp/nomad-x/alloc/a1/app/secrets",
+        "/tmp/nomad-x/alloc/a2/app/secrets",
+        "/tmp/nomad-x/with space",
+    ], "below the dir only (not the dir itself, not a sibling with the same prefix), deepest first"
 
 
 def _runs() -> list[NomadRun]:
@@ -232,3 +250,20 @@ def test_plots_draw_the_nomad_figures(tmp_path: Path) -> None:
     assert {"nomad_startup.png", "nomad_ready.png", "nomad_requests.png"} <= written
     series = plots.series([r for r in rows if r["mode"] == "burst"], "running_wall", 1.0)
     assert series["floor (t)"] == [(100, 2.0), (1000, 9.0)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_unmount_under_detaches_what_is_mounted_below_the_dir(tmp_path: Path) -> None:
+    for name in ("secrets", "private"):
+        (tmp_path / "alloc" / name).mkdir(parents=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "tmpfs", str(tmp_path / "alloc" / name)], check=True
+        )
+    try:
+        assert devstack_nomad.unmount_under(tmp_path) == 2
+        assert devstack_nomad.mounts_under(tmp_path, Path("/proc/self/mountinfo").read_text()) == []
+    finally:
+        for name in ("secrets", "private"):
+            subprocess.run(
+                ["umount", "-l", str(tmp_path / "alloc" / name)], check=False, capture_output=True
+            )
