@@ -51,6 +51,9 @@ def endpoint(method: str, target: str) -> str:
     # /v1/client/fs/<op>/<alloc id>
     if len(out) > 4 and out[1:3] == ["v1", "client"] and out[3] == "fs" and len(out) > 5:
         out[5] = ":id"
+    # /v1/var/<path of the variable> (vkgate deletes nomad/jobs/<job id> with each job)
+    if len(out) > 3 and out[1:3] == ["v1", "var"]:
+        out[3:] = [":path"]
     path = "/".join(out)
     query = parse_qs(parts.query)
     marks = []

@@ -45,6 +45,8 @@ from devstack import nomad as devstack_nomad  # noqa: E402
         ("GET", "/v1/client/fs/ls/1f2e?path=/alloc", "GET /v1/client/fs/ls/:id"),
         ("GET", "/v1/event/stream?topic=Job", "GET /v1/event/stream"),
         ("get", "/v1/node/abc", "GET /v1/node/:id"),
+        ("DELETE", "/v1/var/nomad/jobs/nb-1-p0001-ab12?cas=3", "DELETE /v1/var/:path"),
+        ("GET", "/v1/vars?prefix=nomad/jobs", "GET /v1/vars"),
     ],
 )
 def test_proxy_names_endpoints_without_ids(method: str, target: str, expected: str) -> None:
