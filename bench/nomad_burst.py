@@ -695,7 +695,7 @@ def _top(counts: Counter[str], n: int, limit: int = 8) -> str:
 def markdown(
     results: Sequence[NomadRun], *, args: argparse.Namespace, machine: Sequence[str]
 ) -> str:
-    out = [f"### Through a real Nomad: {args.pods} pods (`{args.command}`)", "", *machine, ""]
+    out = [f"## Through a real Nomad: {args.pods} pods (`{args.command}`)", "", *machine, ""]
     header = [
         "round",
         "run",
@@ -897,7 +897,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = args.profile / f"vkgate-nomad-{args.pods}.raw"
         if raw.exists():
             text += (
-                f"\n#### Where vkgate's CPU goes (py-spy over round 1's {args.pods}-pod burst)\n\n"
+                f"\n### Where vkgate's CPU goes (py-spy over round 1's {args.pods}-pod burst)\n\n"
                 + bench_profile.summarize(raw)
             )
     sys.stdout.write(text)

@@ -126,9 +126,16 @@ def draw_nomad(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         endpoints = sorted({k for _, per in columns for k in per})
         fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
         bottom = [0.0] * len(columns)
-        for ep in endpoints:
+        colors = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]
+        for i, ep in enumerate(endpoints):
             heights = [per.get(ep, 0.0) for _, per in columns]
-            ax.bar([c for c, _ in columns], heights, bottom=bottom, label=ep)
+            ax.bar(
+                [c for c, _ in columns],
+                heights,
+                bottom=bottom,
+                label=ep,
+                color=colors[i % len(colors)],
+            )
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         ax.axhline(3.0, color="grey", linestyle=":", label="target ≤ 3 per pod")
         ax.set_ylabel(f"Nomad requests per pod ({top} pods)")
