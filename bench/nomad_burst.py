@@ -146,6 +146,8 @@ class FloorBook:
     running: dict[str, float] = field(default_factory=dict)
     delete_sent: dict[str, float] = field(default_factory=dict)
     terminal: dict[str, float] = field(default_factory=dict)
+    #: times the event stream ended and the floor re-listed the allocations
+    resyncs: int = 0
     running_done: asyncio.Event = field(default_factory=asyncio.Event)
     terminal_done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -201,6 +203,8 @@ class NomadRun:
     idle_cpu: float | None = None  # vkgate CPU over the idle window
     connections_max: int = 0
     connections_opened: int = 0
+    #: floor only: event stream ends followed by a list of the allocations
+    resyncs: int = 0
     agent_cpu_create: float | None = None
     agent_cpu_delete: float | None = None
     nomad_cpu_create: float | None = None
@@ -252,6 +256,7 @@ class NomadRun:
             ),
             "connections_max": self.connections_max,
             "connections_opened": self.connections_opened,
+            "resyncs": self.resyncs,
             "agent_cpu": self.agent_cpu,
             "cpu_per_pod_ms": (
                 self.agent_cpu / self.pods * 1000 if self.agent_cpu is not None else None
@@ -347,25 +352,42 @@ async def gc(nomad: httpx.AsyncClient) -> None:
         await nomad.put("/v1/system/gc")
 
 
-async def event_stream(
-    base: str, on_alloc: Callable[[dict[str, Any], float], None], ready: asyncio.Event
-) -> None:
-    """Nomad's event stream, topic Allocation; ``on_alloc`` gets every allocation seen."""
+async def event_stream(base: str, book: FloorBook, ready: asyncio.Event) -> None:
+    """Nomad's event stream, topic Allocation, into ``book``.  Nomad closes a subscriber that
+    falls behind its event buffer (a 2,000-job burst did): when the stream ends or breaks, the
+    floor lists the allocations once (``book.resyncs`` counts it; what it finds is timed when
+    it is read, so a resync can only make the floor look slower) and subscribes again."""
     async with httpx.AsyncClient(base_url=base, timeout=None, trust_env=False) as c:
-        r = await c.get("/v1/agent/self")
-        r.raise_for_status()
-        async with c.stream("GET", "/v1/event/stream", params={"topic": "Allocation"}) as resp:
-            resp.raise_for_status()
-            ready.set()
-            async for line in resp.aiter_lines():
-                if not line.strip():
-                    continue
+        index = 0
+        while True:
+            try:
+                params: dict[str, Any] = {"topic": "Allocation"}
+                if index:
+                    params["index"] = index + 1
+                async with c.stream("GET", "/v1/event/stream", params=params) as resp:
+                    resp.raise_for_status()
+                    ready.set()
+                    async for line in resp.aiter_lines():
+                        if not line.strip():
+                            continue
+                        now = time.monotonic()
+                        frame = json.loads(line)
+                        if frame.get("Error"):
+                            break
+                        index = max(index, int(frame.get("Index") or 0))
+                        for ev in frame.get("Events") or []:
+                            alloc = (ev.get("Payload") or {}).get("Allocation")
+                            if alloc:
+                                book.observe(alloc, now)
+            except (httpx.HTTPError, ValueError):
+                await asyncio.sleep(0.2)
+            book.resyncs += 1
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                r = await c.get("/v1/allocations", params={"task_states": "false"})
                 now = time.monotonic()
-                frame = json.loads(line)
-                for ev in frame.get("Events") or []:
-                    alloc = (ev.get("Payload") or {}).get("Allocation")
-                    if alloc:
-                        on_alloc(alloc, now)
+                index = max(index, int(r.headers.get("X-Nomad-Index") or 0))
+                for alloc in r.json():
+                    book.observe(alloc, now)
 
 
 # --------------------------------------------------------------------------- pacing
@@ -570,7 +592,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
         max_connections=args.concurrency, max_keepalive_connections=args.concurrency
     )
     ready = asyncio.Event()
-    stream = asyncio.create_task(event_stream(s.proxy.address, book.observe, ready))
+    stream = asyncio.create_task(event_stream(s.proxy.address, book, ready))
     try:
         async with httpx.AsyncClient(
             base_url=s.proxy.address, timeout=60, limits=limits, trust_env=False
@@ -770,6 +792,14 @@ def markdown(
                 f"- round {r.round}, {r.pods} pods, {r.idle_seconds:.0f} s: vkgate CPU "
                 f"{cpu:.2f} % of a core, Nomad requests {rps:.2f}/s ({by or 'none'})"
             )
+    resynced = [r for r in results if r.resyncs]
+    if resynced:
+        out += [
+            "",
+            "The floor's event stream ended and it re-listed the allocations (times found then are read then):",
+            "",
+        ]
+        out += [f"- round {r.round} {r.mode}: {r.resyncs} time(s)" for r in resynced]
     problems = [r for r in results if r.error]
     if problems:
         out += ["", "Problems seen:", ""]

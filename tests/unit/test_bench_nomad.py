@@ -269,3 +269,55 @@ def test_unmount_under_detaches_what_is_mounted_below_the_dir(tmp_path: Path) ->
             subprocess.run(
                 ["umount", "-l", str(tmp_path / "alloc" / name)], check=False, capture_output=True
             )
+
+
+async def test_floor_stream_relists_when_nomad_closes_it() -> None:
+    """Nomad closes a subscriber that falls behind: the floor lists the allocations and
+    subscribes again after the last index it saw, so no allocation is missed."""
+    seen: list[str] = []
+
+    def frame(index: int, job: str) -> bytes:
+        alloc = {"JobID": job, "ClientStatus": "running"}
+        return json.dumps({"Index": index, "Events": [{"Payload": {"Allocation": alloc}}]}).encode()
+
+    async def nomad(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        target = (await reader.readline()).decode().split(" ")[1]
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        seen.append(target)
+        if target.startswith("/v1/allocations"):
+            body = json.dumps([{"JobID": "f-p0001", "ClientStatus": "running"}]).encode()
+            extra = b"X-Nomad-Index: 7\r\n"
+        elif "index=" in target:
+            body, extra = frame(9, "f-p0002") + b"\n", b""
+        else:  # the first subscription: one event, then Nomad drops the slow subscriber
+            body, extra = frame(5, "f-p0000") + b"\n" + b'{"Error": "subscription closed"}\n', b""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\n"
+            + extra
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(nomad, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    book = FloorBook("f-", expected=3)
+    book.sent.update({f"f-p000{i}": 0.0 for i in range(3)})
+    async with server:
+        task = asyncio.create_task(
+            nomad_burst.event_stream(f"http://127.0.0.1:{port}", book, asyncio.Event())
+        )
+        try:
+            await asyncio.wait_for(book.running_done.wait(), 10)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert set(book.running) == {"f-p0000", "f-p0001", "f-p0002"}
+    assert book.resyncs >= 1
+    assert seen[:3] == [
+        "/v1/event/stream?topic=Allocation",
+        "/v1/allocations?task_states=false",
+        "/v1/event/stream?topic=Allocation&index=8",
+    ]
