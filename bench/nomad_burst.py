@@ -650,6 +650,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
     except Exception as exc:
         res.error = _join(res.error, f"{type(exc).__name__}: {exc}")
     finally:
+        res.resyncs = book.resyncs
         stream.cancel()
         await asyncio.gather(stream, return_exceptions=True)
         await _cleanup(s, prefix)

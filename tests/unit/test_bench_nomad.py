@@ -210,6 +210,7 @@ def _runs() -> list[NomadRun]:
     floor.to_running = [0.5] * 100
     floor.requests_create = Counter({"POST /v1/jobs": 100})
     floor.requests_delete = Counter({"DELETE /v1/job/:id?purge": 100})
+    floor.resyncs = 1
     vk = NomadRun("vkgate", 1, 100, running_wall=5.0, gone_wall=4.0, purged_wall=6.0)
     vk.to_running = [float(i) / 10 for i in range(100)]
     vk.to_running_api = [1.0] * 100
@@ -233,6 +234,7 @@ def test_report_gives_ratios_to_the_floor_of_the_same_round() -> None:
     assert "`GET /v1/job/:id` 1.00" in text
     assert "1.00 % of a core, Nomad requests 0.10/s" in text
     assert "round 1 vkgate rate: boom" in text
+    assert "re-listed the allocations" in text and "- round 1 burst: 1 time(s)" in text
     assert "vkgate @ 20/s" in text
 
 
