@@ -8,7 +8,7 @@ One etcd + kube-apiserver (``devstack.controlplane``) and one Nomad 1.6.3 dev ag
 allocations, log level WARN) serve every run, all on 127.0.0.1.  A counting proxy
 (``bench.nomad_proxy``, a child process) sits in front of Nomad; vkgate and the floor both talk
 to Nomad through it, so both are counted the same way.  Pods and jobs use the benchmark's
-template ``bench/templates/nomad/mock_driver.j2``: every task on ``mock_driver`` running for
+template ``bench/job_templates/nomad/mock_driver.j2``: every task on ``mock_driver`` running for
 240 h, task logs disabled, 10 MB ephemeral disk (the pod's ``ephemeral-storage`` request).
 
 Each round runs, in alternating order:
@@ -63,7 +63,9 @@ from gateway.kube.client import KubeClient
 from gateway.kube.errors import NotFound
 
 MAX_PODS = 5_000
-TEMPLATES_DIR = report.REPO / "bench" / "templates"
+TEMPLATES_DIR = (
+    report.REPO / "bench" / "job_templates"
+)  # not "templates": a script run from bench/ would import it as the templates package
 TEMPLATE = "nomad/mock_driver.j2"
 #: MHz per Kubernetes core: a fixed factor, so 10m → 10 MHz whatever the client declares.
 MHZ_PER_CORE = 1000
