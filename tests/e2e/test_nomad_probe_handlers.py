@@ -81,6 +81,9 @@ def _run_handler_matrix(
             "name": "app",
             "command": ["/bin/sh", "-c", serve.format(port=listen)],
             "ports": [{"name": "http", "containerPort": listen}],
+            # small: ten pods at the default 100m / 300Mi each take a good share of the e2e
+            # client's CPU, and the tests after this one need room on it
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
             probe_kind: {"periodSeconds": 1, "failureThreshold": 2, **probe},
         }
         if host:  # raw_exec: the host's busybox, a path of the client's filesystem
@@ -155,7 +158,8 @@ def _run_handler_matrix(
             assert cs["restartCount"] == 0 and "running" in cs["state"], cs
             assert not _events(kubectl, name, "Killing")
     finally:
-        kubectl("delete", "pod", *pods, "--wait=false", check=False)
+        # gone before the next test: their allocations hold the client's resources
+        kubectl("delete", "pod", *pods, "--timeout=90s", check=False, timeout=120)
 
 
 @pytest.mark.timeout(600)

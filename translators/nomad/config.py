@@ -149,11 +149,12 @@ class NomadConfig:
     stream count; log streams have their own pool (``max_log_streams``) and exec WebSockets
     are not pooled (docs/design/nomad.md, "Connections").  Nomad allows 100 per client IP (``http_max_conns_per_client``), shared by
     everything on the same address."""
-    max_log_streams: int = 4
-    """Log streams open at once (``kubectl logs``, followed or not), on a pool of their own
-    beside ``max_connections``: a followed stream holds its connection as long as it follows,
-    so sharing the pool would let a few ``kubectl logs -f`` starve creates (docs/design/nomad.md,
-    "Connections").  One more waits up to 5 s for a stream to end, then fails saying so."""
+    max_log_streams: int = 16
+    """Log streams open at once, on a pool of their own beside ``max_connections``: a followed
+    stream holds its connection as long as it follows, so sharing the pool would let a few
+    ``kubectl logs -f`` starve creates; one ``kubectl logs -f`` follows stdout and stderr, two
+    streams (docs/design/nomad.md, "Connections").  One more waits up to 5 s for a stream to
+    end, then fails saying so."""
     retry_backoff: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0)
     """Delays between retries of a 429/5xx/connection error; its length = number of retries."""
     blocking_wait: float = 60.0

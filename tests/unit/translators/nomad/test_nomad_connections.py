@@ -108,7 +108,7 @@ async def test_followed_logs_have_their_own_pool_and_never_starve_calls(
     monkeypatch: object,
 ) -> None:
     """``kubectl logs -f`` holds a connection while it follows: on the calls' pool, eight of
-    them would stop creates.  Log streams have ``max_log_streams`` (4) of their own; calls
+    them would stop creates.  Log streams have ``max_log_streams`` (here 4) of their own; calls
     still go through while they are all held; one more stream fails saying why."""
     import pytest
 
@@ -120,8 +120,8 @@ async def test_followed_logs_have_their_own_pool_and_never_starve_calls(
     server = StreamingServer()
     srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
-    config = NomadConfig(address=f"http://127.0.0.1:{port}", max_connections=2)
-    assert config.max_log_streams == 4
+    config = NomadConfig(address=f"http://127.0.0.1:{port}", max_connections=2, max_log_streams=4)
+    assert NomadConfig().max_log_streams == 16
     client = NomadClient(config)
     held: list[asyncio.Task[None]] = []
     opened = asyncio.Event()
