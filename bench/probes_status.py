@@ -15,6 +15,13 @@ One etcd + kube-apiserver on 127.0.0.1 and ``vkgate run`` on the simulated backe
    pod, the time from the close to the watch event with ``Ready=False``; then reopened: the
    time to ``Ready=True``.
 
+With ``--backend nomad`` the agent runs pods on a Nomad 1.6.3 dev agent with ``mock_driver``
+tasks behind the counting proxy (``bench.nomad_burst``; template
+``bench/job_templates/nomad/mock_driver_exec.j2``, whose tasks answer an exec), and a third
+phase gives every pod an ``exec`` readiness probe instead: each attempt is one Nomad exec
+WebSocket to the client agent.  The proxy counts Nomad's HTTP requests per second at rest in
+each phase.
+
 Reported: the probes' cost (probed minus baseline, in cores), the probe attempts per second,
 and the flip → status latencies (p50 / p99 / max) against the target of one period plus 1 s.
 """
@@ -32,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import procstat, report
+from bench import nomad_burst, procstat, report
 from bench.agents import VkgateAgent
 from bench.pods_burst import bounded
 from devstack.controlplane import ControlPlane
@@ -40,25 +47,45 @@ from gateway.kube.client import KubeClient
 from gateway.kube.errors import Gone, NotFound
 
 
-def pod_manifest(name: str, ns: str, node: str, port: int | None, period: int) -> dict[str, Any]:
-    app: dict[str, Any] = {"name": "app", "image": "nginx:1.27"}
+def pod_manifest(
+    name: str,
+    ns: str,
+    node: str,
+    port: int | None,
+    period: int,
+    *,
+    handler: str = "tcpSocket",
+    nomad: bool = False,
+) -> dict[str, Any]:
+    """A pod without a probe (``port`` None), with a tcpSocket probe to the harness's listener,
+    or with an exec probe (``handler="exec"``); on Nomad, the mock_driver bench pod's requests."""
+    pod: dict[str, Any] = (
+        nomad_burst.pod_manifest(name, ns, node)
+        if nomad
+        else {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "nodeName": node,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "app", "image": "nginx:1.27"}],
+            },
+        }
+    )
     if port is not None:
-        app["readinessProbe"] = {
-            "tcpSocket": {"host": "127.0.0.1", "port": port},
+        action: dict[str, Any] = (
+            {"exec": {"command": ["true"]}}
+            if handler == "exec"
+            else {"tcpSocket": {"host": "127.0.0.1", "port": port}}
+        )
+        pod["spec"]["containers"][0]["readinessProbe"] = {
+            **action,
             "periodSeconds": period,
             "timeoutSeconds": 1,
             "failureThreshold": 1,
         }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "nodeName": node,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [app],
-        },
-    }
+    return pod
 
 
 class Watcher:
@@ -138,20 +165,25 @@ async def _phase(
     period: int,
     window: float,
     bound: float,
+    handler: str = "tcpSocket",
+    proxy: Any = None,
 ) -> dict[str, Any]:
     ns = f"probes-{uuid.uuid4().hex[:6]}"
     await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
     w = Watcher(client, ns)
     task = asyncio.create_task(w.run())
-    out: dict[str, Any] = {"pods": n, "probed": port is not None}
-    server = await _serve(port) if port is not None else None
+    out: dict[str, Any] = {"pods": n, "probed": port is not None, "handler": handler}
+    server = await _serve(port) if port is not None and handler != "exec" else None
     try:
         await asyncio.wait_for(w.listed.wait(), 30)
         names = [f"p{i:04d}" for i in range(n)]
 
         async def create(i: int) -> None:
             await client.create(
-                f"/api/v1/namespaces/{ns}/pods", pod_manifest(names[i], ns, node, port, period)
+                f"/api/v1/namespaces/{ns}/pods",
+                pod_manifest(
+                    names[i], ns, node, port, period, handler=handler, nomad=proxy is not None
+                ),
             )
 
         t0 = time.monotonic()
@@ -160,7 +192,8 @@ async def _phase(
             raise RuntimeError(f"{len(errors)} creates failed, first: {errors[0]}")
         want_ready = port is not None
         await w.until(
-            "all Running" + (" and Ready" if want_ready else ""),
+            f"{handler if port is not None else 'no-probe'} phase: all Running"
+            + (" and Ready" if want_ready else ""),
             lambda: (
                 sum(
                     w.phase.get(p) == "Running" and (w.ready.get(p, False) or not want_ready)
@@ -172,11 +205,17 @@ async def _phase(
         )
         out["to_all_ready"] = time.monotonic() - t0
         await asyncio.sleep(max(5.0, period))  # let the create phase's Events drain
+        counted = await asyncio.to_thread(proxy.counts) if proxy is not None else None
         before = procstat.sample(agent.pid)
         await asyncio.sleep(window)
         after = procstat.sample(agent.pid)
         assert before.cpu_seconds is not None and after.cpu_seconds is not None
         out["cores_at_rest"] = (after.cpu_seconds - before.cpu_seconds) / window
+        if proxy is not None and counted is not None:
+            now = await asyncio.to_thread(proxy.counts)
+            per = nomad_burst.counts_diff(now["requests"], counted["requests"])
+            out["nomad_requests_per_s"] = sum(per.values()) / window
+            out["nomad_requests_top"] = {k: v / window for k, v in per.most_common(4)}
         if server is not None:
             for verdict, action in ((False, "close"), (True, "reopen")):
                 if action == "close":
@@ -214,28 +253,63 @@ async def _delete(client: KubeClient, ns: str, name: str) -> None:
 
 
 async def run(cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    settings = {
+    if args.backend == "nomad":
+        with nomad_burst.nomad_session(args.pods + 50) as (_nomad, proxy):
+            return await _run(cp, args, workdir, proxy)
+    return await _run(cp, args, workdir, None)
+
+
+def _settings(args: argparse.Namespace, proxy: Any) -> dict[str, Any]:
+    # lifted limits: the harness measures the prober, not the client's rate limit
+    kube = {"qps": 1000, "burst": 2000, "event_qps": 1000, "event_burst": 2000}
+    if proxy is None:
+        return {
+            "log": {"level": "info"},
+            "backend": {
+                "kind": "simulated",
+                "simulated": {"state_file": "", "pods": max(500, args.pods + 10)},
+            },
+            "kube": kube,
+        }
+    return {
         "log": {"level": "info"},
+        "kube": kube,
+        "node": {"capacity": {"pods": str(max(110, args.pods + 100))}},
+        "templates": {"dirs": [str(nomad_burst.TEMPLATES_DIR)]},
         "backend": {
-            "kind": "simulated",
-            "simulated": {"state_file": "", "pods": max(500, args.pods + 10)},
+            "kind": "nomad",
+            "nomad": {
+                "address": proxy.address,
+                "template": "nomad/mock_driver_exec.j2",
+                "mhz_per_core": nomad_burst.MHZ_PER_CORE,
+            },
         },
-        # lifted limits: the harness measures the prober, not the client's rate limit
-        "kube": {"qps": 1000, "burst": 2000, "event_qps": 1000, "event_burst": 2000},
     }
-    agent = VkgateAgent(cp, workdir, settings)
+
+
+async def _run(
+    cp: ControlPlane, args: argparse.Namespace, workdir: Path, proxy: Any
+) -> dict[str, Any]:
+    agent = VkgateAgent(cp, workdir, _settings(args, proxy))
     node = f"probes-{uuid.uuid4().hex[:6]}"
-    result: dict[str, Any] = {"period": args.period, "window": args.window}
+    result: dict[str, Any] = {"period": args.period, "window": args.window, "backend": args.backend}
     async with KubeClient.from_kubeconfig(cp.kubeconfig, qps=10_000, burst=10_000) as client:
         agent.start(node)
         try:
-            common = {"node": node, "n": args.pods, "period": args.period, "window": args.window}
-            result["baseline"] = await _phase(
-                client, agent, port=None, bound=args.timeout, **common
-            )
-            result["probed"] = await _phase(
-                client, agent, port=args.port, bound=args.timeout, **common
-            )
+            common = {
+                "node": node,
+                "n": args.pods,
+                "period": args.period,
+                "window": args.window,
+                "bound": args.timeout,
+                "proxy": proxy,
+            }
+            result["baseline"] = await _phase(client, agent, port=None, **common)
+            result["probed"] = await _phase(client, agent, port=args.port, **common)
+            if proxy is not None:
+                result["exec"] = await _phase(
+                    client, agent, port=args.port, handler="exec", **common
+                )
         finally:
             agent.stop()
     return result
@@ -247,11 +321,19 @@ def markdown(result: dict[str, Any], *, args: argparse.Namespace, machine: list[
     target = args.period + 1.0
     lines = [
         f"## Probed pods on a real API server (`python -m bench.probes_status --pods {args.pods} "
-        f"--period {args.period} --window {args.window:g}`)",
+        f"--period {args.period} --window {args.window:g}"
+        + (" --backend nomad" if args.backend == "nomad" else "")
+        + "`)",
         "",
         *machine,
         "",
-        f"{args.pods} Running pods on the simulated backend, each with a tcpSocket readiness probe "
+        f"{args.pods} Running pods on the {result.get('backend', 'simulated')} backend"
+        + (
+            " (Nomad 1.6.3 dev agent, mock_driver tasks)"
+            if result.get("backend") == "nomad"
+            else ""
+        )
+        + ", each with a tcpSocket readiness probe "
         f"every {args.period} s ({args.pods / args.period:.0f} attempts/s), against the same "
         'pods without probes in the same agent process (docs/design/probes.md, "Cost").',
         "",
@@ -265,6 +347,19 @@ def markdown(result: dict[str, Any], *, args: argparse.Namespace, machine: list[
         "| listener flipped | status follows: p50 | p99 | max | target p99 |",
         "|---|---|---|---|---|",
     ]
+    if "exec" in result:
+        ex = result["exec"]
+        lines[-4:-4] = [
+            f"| vkgate CPU at rest, exec probes through Nomad (cores) | | "
+            f"{ex['cores_at_rest']:.3f} | **{ex['cores_at_rest'] - base['cores_at_rest']:.3f}** "
+            "(target ≤ 0.05) |",
+            f"| Nomad HTTP requests/s at rest (proxy) | "
+            f"{base.get('nomad_requests_per_s', 0):.2f} | "
+            f"tcp {probed.get('nomad_requests_per_s', 0):.2f}, exec "
+            f"{ex.get('nomad_requests_per_s', 0):.2f} | and "
+            f"{args.pods / args.period:.0f} exec WebSockets/s (one per attempt, to the "
+            "client agent, not through the proxy) |",
+        ]
     for key, label in (
         ("flip_to_unready", "closed → Ready=False"),
         ("flip_to_ready", "reopened → Ready=True"),
@@ -287,6 +382,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300.0, help="bound of each wait (s)")
     p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     p.add_argument("--section", default="probes_status")
+    p.add_argument(
+        "--backend",
+        choices=("simulated", "nomad"),
+        default="simulated",
+        help="nomad: a dev agent with mock_driver tasks behind the counting proxy (bench.nomad_burst)",
+    )
     return p.parse_args(argv)
 
 
