@@ -21,6 +21,14 @@ def pod_json(
         container["command"] = command
     if memory:
         container["resources"] = {"requests": {"memory": memory}, "limits": {"memory": memory}}
+    return pod_with(name, node, container, policy=policy)
+
+
+def pod_with(
+    name: str, node: str, container: dict[str, Any], *, policy: str = "Always", grace: int = 2
+) -> str:
+    """A pod in ``default`` with this one container (busybox unless it names an image), bound
+    to ``node``, tolerating every taint."""
     return json.dumps(
         {
             "apiVersion": "v1",
@@ -29,9 +37,9 @@ def pod_json(
             "spec": {
                 "nodeName": node,
                 "restartPolicy": policy,
-                "terminationGracePeriodSeconds": 2,
+                "terminationGracePeriodSeconds": grace,
                 "tolerations": [{"operator": "Exists"}],
-                "containers": [container],
+                "containers": [{"image": "busybox:1.36", **container}],
             },
         }
     )

@@ -4,15 +4,15 @@ server (grpcio's servicer, python from the test's venv: the test extra has grpci
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import urllib.parse
 import uuid
 from typing import Any
 
 import pytest
 from conftest import wait_until
+from podjson import pod_with
+from probing import condition, pod_events, pod_status
 
 from devstack.nomad_cluster import NomadCluster
 from vkgate_core.timeparse import parse_rfc3339
@@ -47,49 +47,23 @@ def _pod(name: str, node: str, port: int, service: str, late: float) -> str:
     probe: dict[str, Any] = {"grpc": {"port": port}, "periodSeconds": 1}
     if service:
         probe["grpc"]["service"] = service
-    return json.dumps(
+    return pod_with(
+        name,
+        node,
         {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "restartPolicy": "Always",
-                "terminationGracePeriodSeconds": 2,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": "busybox:1.36",
-                        "command": [sys.executable, "-c", SERVER],
-                        "env": [
-                            {"name": "PORT", "value": str(port)},
-                            {"name": "LATE", "value": str(late)},
-                        ],
-                        "ports": [{"name": "grpc", "containerPort": port}],
-                        "readinessProbe": probe,
-                    }
-                ],
-            },
-        }
+            "name": "app",
+            "command": [sys.executable, "-c", SERVER],
+            "env": [
+                {"name": "PORT", "value": str(port)},
+                {"name": "LATE", "value": str(late)},
+            ],
+            "ports": [{"name": "grpc", "containerPort": port}],
+            "readinessProbe": probe,
+        },
     )
 
 
-def _status(cp: Any, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = (cp.get(f"/api/v1/namespaces/default/pods/{name}") or {}).get(
-        "status", {}
-    )
-    return found
-
-
-def _cond(st: dict[str, Any], kind: str) -> str:
-    return next((c["status"] for c in st.get("conditions") or [] if c["type"] == kind), "")
-
-
-def _events(cp: Any, name: str, reason: str) -> list[dict[str, Any]]:
-    sel = urllib.parse.quote(f"involvedObject.name={name},reason={reason}")
-    found = cp.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
-    return list(found.get("items") or [])
+_status, _cond, _events = pod_status, condition, pod_events
 
 
 def test_a_grpc_readiness_probe_follows_the_servers_health(

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import Kubectl, unavailable, wait_until
+from podjson import pod_with
 
 from devstack.nomad_cluster import NomadCluster, bridge_unavailable_reason
 
@@ -28,21 +29,7 @@ HTTPD = "mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 
 
 
 def _pod(name: str, node: str, container: dict[str, Any]) -> str:
-    container.setdefault("image", "busybox:1.36")
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "restartPolicy": "Always",
-                "terminationGracePeriodSeconds": 2,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [container],
-            },
-        }
-    )
+    return pod_with(name, node, container)
 
 
 def _status(kubectl: Kubectl, name: str) -> dict[str, Any]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 import uuid
 from typing import Any
 
 import pytest
 from conftest import wait_until
+from podjson import pod_with
+from probing import condition, pod_events, pod_status
 
 from devstack.nomad_cluster import NomadCluster
 from vkgate_core.timeparse import parse_rfc3339
@@ -19,45 +20,19 @@ pytestmark = pytest.mark.e2e
 
 
 def _pod(name: str, node: str, command: str, probe: dict[str, Any], port: int) -> str:
-    return json.dumps(
+    return pod_with(
+        name,
+        node,
         {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "restartPolicy": "Always",
-                "terminationGracePeriodSeconds": 2,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": "busybox:1.36",
-                        "command": ["/bin/sh", "-c", command],
-                        "ports": [{"name": "http", "containerPort": port}],
-                        "readinessProbe": {"periodSeconds": 1, **probe},
-                    }
-                ],
-            },
-        }
+            "name": "app",
+            "command": ["/bin/sh", "-c", command],
+            "ports": [{"name": "http", "containerPort": port}],
+            "readinessProbe": {"periodSeconds": 1, **probe},
+        },
     )
 
 
-def _status(cp: Any, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = (cp.get(f"/api/v1/namespaces/default/pods/{name}") or {}).get(
-        "status", {}
-    )
-    return found
-
-
-def _cond(st: dict[str, Any], kind: str) -> str:
-    return next((c["status"] for c in st.get("conditions") or [] if c["type"] == kind), "")
-
-
-def _events(cp: Any, name: str, reason: str) -> list[dict[str, Any]]:
-    sel = urllib.parse.quote(f"involvedObject.name={name},reason={reason}")
-    found = cp.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
-    return list(found.get("items") or [])
+_status, _cond, _events = pod_status, condition, pod_events
 
 
 def test_readiness_follows_each_handler_kind(
