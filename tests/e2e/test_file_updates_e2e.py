@@ -104,6 +104,9 @@ def test_a_changed_configmap_and_secret_reach_the_running_files_not_the_env(
 
     wait_until("Running", lambda: get_pod()["status"].get("phase") == "Running")
     script = (
+        # search this task's own directory (Nomad sets NOMAD_TASK_DIR = <task>/local): an
+        # exec's working directory may hold other allocations' files
+        'cd "$NOMAD_TASK_DIR/.." || exit 9; '
         'cat "$(find . -path "*vkgate/cfg/app.conf" | head -1)"; '
         'echo "pw=$(cat "$(find . -path "*vkgate/sec/pw" | head -1)")"; echo "env=$PW"'
     )
