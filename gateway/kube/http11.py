@@ -44,6 +44,11 @@ from gateway.kube.sender import Response
 __all__ = ["Http11Sender", "Response", "StreamResponse"]
 
 _MAX_HEAD = 64 * 1024
+#: How long a closed connection may take to finish closing (over TLS the close_notify
+#: exchange) before ``aclose`` aborts it: without the wait a client whose event loop ends
+#: right after ``aclose`` left the socket open and a ResourceWarning for the garbage collector
+#: (docs/design/kube-client.md, "HTTP path").
+CLOSE_WAIT = 1.0
 
 
 class _Conn:
@@ -59,6 +64,17 @@ class _Conn:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.writer.close()
+
+    async def closed(self, limit: float) -> None:
+        """Wait until the transport has finished closing; abort it after ``limit`` seconds
+        (a TLS peer that never answers close_notify) or when cancelled."""
+        try:
+            async with asyncio.timeout(limit):
+                await self.writer.wait_closed()
+        except BaseException as exc:
+            self.writer.transport.abort()
+            if not isinstance(exc, Exception):
+                raise
 
 
 class StreamResponse:
@@ -199,6 +215,8 @@ class Http11Sender:
         #: Connections opened so far (tests and the benchmark read it).
         self.opened = 0
         self._closed = False
+        #: Connections closed but maybe not yet finished closing (``aclose`` waits for them).
+        self._closing: set[_Conn] = set()
 
     @property
     def connections_opened(self) -> int:
@@ -230,18 +248,26 @@ class Http11Sender:
             conn = self._idle.pop()
             if conn.usable():
                 return conn, True
-            conn.close()
+            self._discard(conn)
         return await self._connect(), False
 
     def _put(self, conn: _Conn) -> None:
         if self._closed or not conn.usable():
-            conn.close()
+            self._discard(conn)
         else:
             self._idle.append(conn)
 
-    @staticmethod
-    def _discard(conn: _Conn) -> None:
+    def _discard(self, conn: _Conn) -> None:
+        """Close ``conn``; it stays in ``_closing`` until its transport has closed."""
         conn.close()
+        if conn.writer.transport.get_extra_info("socket") is None:
+            return
+        self._closing.add(conn)
+        self._prune()
+
+    def _prune(self) -> None:
+        if len(self._closing) > 2 * self.max_connections:
+            self._closing = {c for c in self._closing if not _socket_closed(c)}
 
     # -- requests ----------------------------------------------------------------------
 
@@ -307,7 +333,7 @@ class Http11Sender:
             try:
                 status, headers = await self._exchange(conn, head, body)
             except _NothingBack as nothing:
-                conn.close()
+                self._discard(conn)
                 if not (reused and method in ("GET", "HEAD")):
                     raise nothing.error from None
                 conn = await self._connect()
@@ -322,12 +348,12 @@ class Http11Sender:
             while part := await reader.next():
                 parts.append(part)
         except BaseException:
-            conn.close()
+            self._discard(conn)
             raise
         if reader.keep_alive:
             self._put(conn)
         else:
-            conn.close()
+            self._discard(conn)
         return Response(status, headers, parts[0] if len(parts) == 1 else b"".join(parts))
 
     @contextlib.asynccontextmanager
@@ -354,7 +380,7 @@ class Http11Sender:
                 except _NothingBack as nothing:
                     raise nothing.error from None
             except BaseException:
-                conn.close()
+                self._discard(conn)
                 raise
             resp = StreamResponse(self, conn, status, resp_headers, read_timeout)
             try:
@@ -363,9 +389,18 @@ class Http11Sender:
                 resp.release()
 
     async def aclose(self) -> None:
+        """Close every idle connection and wait (at most ``CLOSE_WAIT``) until each connection
+        this sender closed has closed its socket."""
         self._closed = True
         while self._idle:
-            self._idle.pop().close()
+            self._discard(self._idle.pop())
+        closing, self._closing = self._closing, set()
+        await asyncio.gather(*(c.closed(CLOSE_WAIT) for c in closing if not _socket_closed(c)))
+
+
+def _socket_closed(conn: _Conn) -> bool:
+    sock = conn.writer.transport.get_extra_info("socket")
+    return sock is None or sock.fileno() == -1
 
 
 class _NothingBack(Exception):

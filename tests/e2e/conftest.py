@@ -17,6 +17,7 @@ so build first or pass ``--timeout=0``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import subprocess
 import urllib.error
@@ -310,3 +311,12 @@ def deploy_service_account(
     user = json.loads(who)["status"]["userInfo"]["username"]
     assert user == "system:serviceaccount:vkgate-system:vkgate", user
     return ServiceAccountCreds(token, path)
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_after_each_test() -> Iterator[None]:
+    """A leaked socket or transport warns only when the garbage collector finds it, which may
+    be several tests later (a fresh CI run failed a test that had opened no socket itself):
+    collect after each test so the warning fails the test that leaked."""
+    yield
+    gc.collect()

@@ -2,21 +2,29 @@
 
 Each test runs a small asyncio server that answers with exactly the bytes a case needs
 (Content-Length, chunked, close, a stale keep-alive connection, silence), so the parser,
-the pool and the error mapping are exercised on the wire, not mocked.  TLS and the real API
-server are the e2e tier's (every e2e test talks to kube-apiserver through this path).
+the pool and the error mapping are exercised on the wire, not mocked; closing over TLS runs
+against a self-signed 127.0.0.1 server.  The real API server is the e2e tier's (every e2e
+test talks to kube-apiserver through this path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import ssl
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from kube_fakes import SleepRecorder
 
+from gateway.kube import http11
 from gateway.kube.client import KubeClient, KubeConfig
 from gateway.kube.errors import ApiError, ApiUnavailable, Conflict
 from gateway.kube.http11 import Http11Sender
@@ -336,3 +344,111 @@ async def test_the_lean_path_retries_through_the_one_retry_loop() -> None:
             await client.create("/api/v1/namespaces", {})  # 429, then 201
             assert client.stats[("create", "namespaces")] == 3
     assert len(server.requests) == 5 and clock.slept[1] >= 1.0
+
+
+# -- closing over TLS ------------------------------------------------------------------------
+
+
+def _tls_contexts(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A self-signed certificate for 127.0.0.1: (server context, client context)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    crt, pem = tmp / "tls.crt", tmp / "tls.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(crt, pem)
+    client = ssl.create_default_context(cafile=str(crt))
+    return server, client
+
+
+def _sockets(pool: Http11Sender) -> list[Any]:
+    return [c.writer.get_extra_info("socket") for c in pool._idle]
+
+
+async def test_aclose_returns_only_when_every_tls_socket_is_closed(tmp_path: Path) -> None:
+    # Over TLS a close is an exchange (close_notify): a client whose loop ends right after
+    # aclose() left the sockets open and a ResourceWarning for the garbage collector.
+    server_ctx, client_ctx = _tls_contexts(tmp_path)
+    server = Server(lambda r, w, _: _answer_forever(r, w, server))
+    srv = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_ctx)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        pool = Http11Sender(f"https://127.0.0.1:{port}", ssl_context=client_ctx)
+        replies = await asyncio.gather(*(pool.request("GET", "/", {}) for _ in range(4)))
+        assert [r.status_code for r in replies] == [200] * 4
+        socks = _sockets(pool)
+        assert len(socks) == 4 and all(s.fileno() != -1 for s in socks)
+        await pool.aclose()
+        assert [s.fileno() for s in socks] == [-1] * 4
+    finally:
+        srv.close()
+
+
+async def test_aclose_aborts_a_tls_peer_that_never_answers_close_notify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http11, "CLOSE_WAIT", 0.2)
+    server_ctx, client_ctx = _tls_contexts(tmp_path)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    release = threading.Event()
+
+    def silent_peer() -> None:  # answers one request, then never reads again
+        conn, _ = listener.accept()
+        with server_ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            release.wait(10)
+
+    peer = threading.Thread(target=silent_peer, daemon=True)
+    peer.start()
+    try:
+        pool = Http11Sender(f"https://127.0.0.1:{port}", ssl_context=client_ctx)
+        assert (await pool.request("GET", "/", {})).status_code == 200
+        (sock,) = _sockets(pool)
+        t0 = time.monotonic()
+        await pool.aclose()
+        assert sock.fileno() == -1
+        assert 0.15 < time.monotonic() - t0 < 2
+    finally:
+        release.set()
+        peer.join(5)
+        listener.close()
+
+
+async def _answer_forever(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server
+) -> None:
+    while await read_request(reader, server) is not None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
