@@ -364,6 +364,15 @@ class WorkloadState:
 
 
 @dataclass(frozen=True, slots=True)
+class Vanished:
+    """A change stream saw the pod's workload deleted (not by this agent's own purge, as far
+    as it knows): the controller treats it as a list that no longer has it, at once rather
+    than at its next list (docs/design/pod-sync.md, "Lists while the stream is live")."""
+
+    ref: PodRef
+
+
+@dataclass(frozen=True, slots=True)
 class Capacity:
     """Node capacity from the backend.  cpu in millicores, memory in bytes."""
 
@@ -476,8 +485,9 @@ class Translator(Protocol):
 class Notifier(Protocol):
     """A backend that can push changes."""
 
-    def changes(self) -> AsyncIterator[WorkloadState]:
-        """Yield states as they change; reconnect internally.  Never ends until closed."""
+    def changes(self) -> AsyncIterator[WorkloadState | Vanished]:
+        """Yield states as they change, and ``Vanished`` for a workload deleted behind the
+        agent's back; reconnect internally.  Never ends until closed."""
         ...
 
 
@@ -500,7 +510,8 @@ class StreamHealth(Protocol):
     "Waiting for a stop")."""
 
     def change_stream_live(self) -> bool:
-        """True while every watched scope's change stream is connected."""
+        """True while every watched scope's change stream is connected: then the agent also
+        lists the backend only every ``pods.streamed_reconcile_interval``."""
         ...
 
 

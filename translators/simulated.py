@@ -68,6 +68,7 @@ from translators.base import (
     ResolvedPod,
     Translator,
     TranslatorContext,
+    Vanished,
     WorkloadState,
     cpu_millis,
     parse_quantity,
@@ -329,13 +330,15 @@ class SimulatedTranslator:
 
     # -- Notifier ------------------------------------------------------------------------
 
-    async def changes(self) -> AsyncIterator[WorkloadState]:
-        """Every ``notify_interval``, the states that differ from the last one yielded.
+    async def changes(self) -> AsyncIterator[WorkloadState | Vanished]:
+        """Every ``notify_interval``, the states that differ from the last one yielded, and
+        ``Vanished`` for a yielded workload that is gone (its stop ended: a stopped record is
+        removed at once).
 
         Incremental, so an idle node costs nothing per pod: a state is a pure function of the
         clock between the record's boundaries (``_next_change``), so a round rebuilds only the
         records whose next boundary has passed (a heap of due times) or that were created or
-        deleted since (``_touch``).  A workload that disappears yields nothing, as before.
+        deleted since (``_touch``).
         """
         last: dict[str, WorkloadState] = {}
         due: list[tuple[float, str]] = []
@@ -357,7 +360,8 @@ class SimulatedTranslator:
                     for uid in batch:
                         rec = self._records.get(uid)
                         if rec is None:
-                            last.pop(uid, None)
+                            if (gone := last.pop(uid, None)) is not None:
+                                yield Vanished(gone.ref)
                             continue
                         st = self._state(rec, now)
                         nxt = self._next_change(rec, now)

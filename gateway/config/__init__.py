@@ -188,6 +188,16 @@ class PodSettings:
     reconcile_interval: float = field(
         default=5.0, metadata=doc("Seconds between backend list reconciles", lo=0.5, hi=3600)
     )
+    streamed_reconcile_interval: float = field(
+        default=300.0,
+        metadata=doc(
+            "Seconds between backend list reconciles while the backend's change stream is"
+            " connected (it reports every change then; the kubelet's evented PLEG relists"
+            " every 300 s)",
+            lo=0.5,
+            hi=86400,
+        ),
+    )
     max_retries: int = field(
         default=10, metadata=doc("Create attempts before giving up", lo=1, hi=1000)
     )

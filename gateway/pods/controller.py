@@ -66,6 +66,7 @@ from translators.base import (
     StreamHealth,
     Translator,
     TranslatorError,
+    Vanished,
     WorkloadState,
 )
 from vkgate_core.backoff import Backoff
@@ -86,6 +87,9 @@ MIN_LIST_SPACING = 0.5
 #: Reconcile interval while some pod waits for its backend workload to stop, unless the
 #: backend's change stream reports the stops (``StreamHealth``; docs/design/pod-sync.md).
 DELETING_INTERVAL = 1.0
+#: A workload the change stream saw deleted within this many seconds of its pod's (re)create
+#: is left to the next list (the deletion may be of the workload it replaced).
+VANISH_GRACE = 5.0
 
 
 class PodController:
@@ -118,6 +122,7 @@ class PodController:
         ps = settings.pods
         self.workers = ps.workers
         self.reconcile_interval = ps.reconcile_interval
+        self.streamed_interval = max(ps.reconcile_interval, ps.streamed_reconcile_interval)
         self._rng = rng or random.Random()
         self.queue: WorkQueue[QueueKey] = WorkQueue(
             clock=self.clock,
@@ -519,9 +524,10 @@ class PodController:
 
     async def _reconcile_loop(self) -> None:
         while True:
-            interval = self.reconcile_interval
+            streamed = self._stops_streamed()
+            interval = self.streamed_interval if streamed else self.reconcile_interval
             stopping = self.actor.acts.stopping()
-            if stopping and not self._stops_streamed():
+            if stopping and not streamed:
                 # a graceful delete is waiting for the backend to finish and no change stream
                 # reports it: look more often, so the final delete follows the backend's
                 # confirmation closely.
@@ -531,6 +537,10 @@ class PodController:
                 # while stops are pending, check every DELETING_INTERVAL that the stream still
                 # reports them (it may drop): a check, not a list
                 nap = min(wait, DELETING_INTERVAL) if stopping else wait
+                if streamed:
+                    # the long interval holds only while the stream does: look again at the
+                    # normal interval (a check, not a list)
+                    nap = min(nap, self.reconcile_interval)
                 kicked = asyncio.ensure_future(self.view.refresh.wait())
                 sleeper = asyncio.ensure_future(self.clock.sleep(nap))
                 try:
@@ -596,6 +606,19 @@ class PodController:
             if (pod.get("metadata") or {}).get("deletionTimestamp") or not st.is_terminal(pod):
                 self.queue.add(PodKey.of(pod))
 
+    def _vanished(self, gone: Vanished) -> None:
+        """The change stream saw a workload deleted: what the next list would find out,
+        now (``reconcile_once``'s rule for a workload the list no longer has)."""
+        uid = gone.ref.uid
+        pod = self.reflector.store.get(gone.ref.key)
+        if pod is None or uid_of(pod) != uid or uid not in self.view:
+            return  # orphans are the reconcile's business; a removal act made is known
+        if self.actor.acts.submitted_since(uid, self.clock.monotonic() - VANISH_GRACE):
+            return  # just (re)created: the next list decides
+        self.view.vanish(uid)
+        if (pod.get("metadata") or {}).get("deletionTimestamp") or not st.is_terminal(pod):
+            self.queue.add(PodKey.of(pod))
+
     async def _notify_loop(self) -> None:
         assert isinstance(self.translator, Notifier)
         backoff = Backoff(base=1.0, cap=30.0)
@@ -605,6 +628,9 @@ class PodController:
             try:
                 async for state in self.translator.changes():
                     failures = 0
+                    if isinstance(state, Vanished):
+                        self._vanished(state)
+                        continue
                     uid = state.ref.uid
                     if self.view.get(uid) == state:
                         continue

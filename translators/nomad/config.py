@@ -162,7 +162,12 @@ class NomadConfig:
     stream_idle_timeout: float = 35.0
     """Reconnect the event stream when nothing (not even a heartbeat) arrived for this long."""
     backstop_interval: float = 10.0
-    """Least seconds between two backstop resyncs (blocking allocation list) of the notifier."""
+    """Least seconds between two backstop resyncs (blocking allocation list) of the notifier
+    while its event stream is down."""
+    backstop_live_interval: float = 300.0
+    """Seconds between two full resyncs (job and allocation lists) while the event stream is
+    connected: the stream reports every change then, and the kubelet's evented PLEG relists
+    every 300 s for the same reason (docs/design/nomad.md, "Change feed at rest")."""
     purge_timeout: float = 300.0
     """After a delete, purge the stopped job once its allocations ended, or after this long."""
     stats_concurrency: int = 8
@@ -313,6 +318,7 @@ _KINDS: dict[str, tuple[Kind, float | None, float | None]] = {
     "purge_timeout": ("duration", 0, 3600),
     "max_kill_timeout": ("duration", 1, 7 * 86400),
     "backstop_interval": ("duration", 1, 3600),  # 0 would spin
+    "backstop_live_interval": ("duration", 10, 86400),
     "retry_backoff": ("durations", 0, 600),
 }
 

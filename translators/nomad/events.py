@@ -60,6 +60,9 @@ class EventStream:
         self.connections = 0
         #: True while connected (the agent then relies on the stream to see stops).
         self.live = False
+        #: Set when a connection starts or ends and at every line received (heartbeats
+        #: included, every 10 s from Nomad): what the notifier's backstop waits on.
+        self.activity = asyncio.Event()
 
     async def __aiter__(self) -> AsyncIterator[list[dict[str, Any]] | None]:
         failures = 0
@@ -77,6 +80,7 @@ class EventStream:
                 ) as resp:
                     self.connections += 1
                     self.live = True
+                    self.activity.set()
                     if self.connections > 1:
                         yield None
                     lines = resp.aiter_lines()
@@ -90,6 +94,7 @@ class EventStream:
                                 "nomad event stream silent for %ss, reconnecting", self.idle_timeout
                             )
                             break
+                        self.activity.set()
                         if not line.strip():
                             continue
                         try:
@@ -112,6 +117,7 @@ class EventStream:
                 log.warning("nomad event stream: %s", exc)
             finally:
                 self.live = False
+                self.activity.set()
             delay = self.backoff[min(failures, len(self.backoff) - 1)]
             failures += 1
             await self._sleep(delay)

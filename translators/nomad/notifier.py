@@ -2,11 +2,15 @@
 
 Per watched (region, namespace) scope: an initial list, then two loops side by side —
 ``/v1/event/stream`` (Job, Allocation, Evaluation topics; ``events.EventStream`` owns the
-connection and asks for a resync after every reconnect) and a blocking query on
-``/v1/allocations`` that resyncs whenever Nomad's index moves, catching whatever the stream
-skipped (its buffer can drop events).  A scope that fails for any reason restarts with backoff,
-so a bug or an unexpected answer never silently ends the notifier.  Every changed view becomes a
-``WorkloadState``; identical states are not yielded twice.
+connection and asks for a resync after every reconnect) and the backstop.  While the stream
+is down the backstop is a blocking query on ``/v1/allocations`` that resyncs whenever Nomad's
+index moves; while it is connected the stream reports every change (Nomad closes a subscriber
+that falls behind rather than skip its events, and every reconnect resyncs), so the backstop
+only resyncs every ``backstop_live_interval`` (docs/design/nomad.md, "Change feed at rest").
+A scope that fails for any reason restarts with backoff, so a bug or an unexpected answer never
+silently ends the notifier.  Every changed view becomes a ``WorkloadState``; identical states
+are not yielded twice; a job deleted on the stream whose state was yielded becomes
+``Vanished``.
 
 The feed knows the translator only through the callables it is built with (list a scope,
 apply events, map a view), so the bookkeeping stays in ``views.JobBook`` and the I/O in the
@@ -21,7 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from translators.base import BackendError, WorkloadState
+from translators.base import BackendError, Vanished, WorkloadState
 from translators.nomad.client import NomadClient, Sleep
 from translators.nomad.config import NomadConfig
 from translators.nomad.events import EventStream
@@ -29,10 +33,13 @@ from translators.nomad.status import JobView
 
 log = logging.getLogger(__name__)
 
-#: List one scope and bring its views up to date: (region, namespace param) → (views, index).
-Resync = Callable[[str, str], Awaitable[tuple[list[JobView], int]]]
-#: Apply a batch of events of one region: (events, region) → changed views.
-ApplyEvents = Callable[[Sequence[dict[str, Any]], str], Awaitable[Sequence[JobView]]]
+#: List one scope and bring its views up to date: (region, namespace param, ask placement
+#: reasons of unplaced jobs) → (views, index).
+Resync = Callable[[str, str, bool], Awaitable[tuple[list[JobView], int]]]
+#: Apply a batch of events of one region: (events, region) → (changed views, deleted views).
+ApplyEvents = Callable[
+    [Sequence[dict[str, Any]], str], Awaitable[tuple[Sequence[JobView], Sequence[JobView]]]
+]
 
 
 class ChangeFeed:
@@ -46,6 +53,7 @@ class ChangeFeed:
         apply_events: ApplyEvents,
         state: Callable[[JobView], WorkloadState],
         sleep: Sleep,
+        monotonic: Callable[[], float],
         closed: asyncio.Event,
     ) -> None:
         self.client = client
@@ -55,7 +63,10 @@ class ChangeFeed:
         self._apply_events = apply_events
         self._state = state
         self._sleep = sleep
+        self._monotonic = monotonic
         self._closed = closed
+        #: Scope → the translator clock's time of its last resync.
+        self._resynced: dict[tuple[str, str], float] = {}
         #: Background stream/backstop tasks; the translator cancels them on close() so none
         #: outlives the HTTP client (a consumer may drop the generator without closing it).
         self.tasks: set[asyncio.Task[None]] = set()
@@ -67,8 +78,8 @@ class ChangeFeed:
         stopping job's end, and the agent need not re-list for it every second."""
         return len(self.streams) == len(self.scopes) and all(s.live for s in self.streams.values())
 
-    async def changes(self) -> AsyncIterator[WorkloadState]:
-        queue: asyncio.Queue[WorkloadState] = asyncio.Queue()
+    async def changes(self) -> AsyncIterator[WorkloadState | Vanished]:
+        queue: asyncio.Queue[WorkloadState | Vanished] = asyncio.Queue()
         last: dict[str, WorkloadState] = {}
 
         def emit(views: Sequence[JobView]) -> None:
@@ -78,8 +89,14 @@ class ChangeFeed:
                     last[view.ref.uid] = state
                     queue.put_nowait(state)
 
-        async def resync(region: str, ns_param: str) -> int:
-            views, index = await self._resync(region, ns_param)
+        def vanish(views: Sequence[JobView]) -> None:
+            for view in views:
+                if last.pop(view.ref.uid, None) is not None:
+                    queue.put_nowait(Vanished(view.ref))
+
+        async def resync(region: str, ns_param: str, placement: bool = True) -> int:
+            views, index = await self._resync(region, ns_param, placement)
+            self._resynced[(region, ns_param)] = self._monotonic()
             emit(views)
             return index
 
@@ -100,7 +117,9 @@ class ChangeFeed:
                         if batch is None:
                             await resync(region, ns_param)
                             continue
-                        emit(await self._apply_events(batch, region))
+                        changed, deleted = await self._apply_events(batch, region)
+                        emit(changed)
+                        vanish(deleted)
                     except BackendError as exc:
                         log.info("nomad: handling events failed: %s", exc)
             finally:
@@ -108,7 +127,26 @@ class ChangeFeed:
                     del self.streams[(region, ns_param)]
 
         async def backstop(region: str, ns_param: str, index: int) -> None:
+            first = self.streams.get((region, ns_param))
+            if first is not None and not first.connections:
+                await first.activity.wait()  # the stream's first connect (or failure) decides
             while True:
+                events = self.streams.get((region, ns_param))
+                if events is not None and events.live:
+                    # the stream's own lines (a heartbeat every 10 s) wake the check; time is
+                    # the translator clock's
+                    since = self._monotonic() - self._resynced.get((region, ns_param), 0.0)
+                    if since < self.config.backstop_live_interval:
+                        events.activity.clear()
+                        await events.activity.wait()
+                        continue
+                    try:
+                        # the stream carries placement reasons (Evaluation events)
+                        await resync(region, ns_param, False)
+                    except BackendError as exc:
+                        log.info("nomad backstop list failed: %s", exc)
+                        self._resynced[(region, ns_param)] = self._monotonic()
+                    continue
                 try:
                     reply = await self.client.blocking_get(
                         "/allocations",

@@ -61,6 +61,7 @@ from translators.base import (
     ResolvedPod,
     TranslationError,
     TranslatorContext,
+    Vanished,
     WorkloadState,
 )
 from translators.nomad import capacity as cap
@@ -219,6 +220,8 @@ class NomadTranslator:
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
+        #: Jobs whose purge this process has sent and not yet seen answered.
+        self._purging: set[Key] = set()
         #: Blocking queries waiting for stopped jobs at once: at most half the connections
         #: (docs/design/nomad.md, "Connections"), so a mass delete without the event stream
         #: queues its waits here instead of taking every connection from creates and lists.
@@ -417,16 +420,24 @@ class NomadTranslator:
         self._listed.add((region, ns_param))
         return views, allocs_reply.index
 
-    async def _resync(self, region: str, ns_param: str) -> tuple[list[JobView], int]:
-        """The backstop list of one scope plus node IPs and placement reasons: fresh views."""
+    async def _resync(
+        self, region: str, ns_param: str, placement: bool = True
+    ) -> tuple[list[JobView], int]:
+        """The backstop list of one scope plus node IPs and, with ``placement``, the placement
+        reasons of unplaced jobs: fresh views."""
         views, index = await self._refresh(region, ns_param)
         await self._fill_node_ips(views)
         await self._record_run_ends(views)
-        for v in views:
-            if not v.allocs and not v.stop and not v.placement:
-                with contextlib.suppress(BackendError):
-                    await self._placement(v)
+        if placement:
+            await self._placements(views)
         return views, index
+
+    async def _placements(self, views: Sequence[JobView]) -> None:
+        """Ask the evaluations of each unplaced job without a known reason (one request each)."""
+        for view in views:
+            if not view.allocs and not view.stop and not view.placement:
+                with contextlib.suppress(BackendError):
+                    await self._placement(view)
 
     async def list(self) -> Sequence[WorkloadState]:
         views: list[JobView] = []
@@ -435,10 +446,11 @@ class NomadTranslator:
             views.extend(found)
         await self._fill_node_ips(views)
         await self._record_run_ends(views)
-        for view in views:
-            if not view.allocs and not view.stop and not view.placement:
-                with contextlib.suppress(BackendError):
-                    await self._placement(view)
+        if not self.change_stream_live():
+            # with the stream connected, a failed placement arrives as an Evaluation event;
+            # asking every unplaced job's evaluations at every list cost up to 2.7 requests
+            # per pod in a 5,000-pod burst (docs/benchmarks.md)
+            await self._placements(views)
         return [self._state(v) for v in views]
 
     # -- create / update / delete ----------------------------------------------------------
@@ -668,16 +680,21 @@ class NomadTranslator:
                 log.info("nomad: SIGKILL to allocation %s: %s", a.get("ID"), exc)
 
     async def _purge(self, view: JobView) -> None:
-        with contextlib.suppress(BackendNotFound):
-            await self.client.call(
-                "DELETE",
-                f"/job/{view.job_id}",
-                params={"purge": True},
-                namespace=view.namespace,
-                region=view.region,
-            )
-        await self._delete_variable(view.job_id, namespace=view.namespace, region=view.region)
-        self.book.views.pop(view_key(view), None)
+        key = view_key(view)
+        self._purging.add(key)
+        try:
+            with contextlib.suppress(BackendNotFound):
+                await self.client.call(
+                    "DELETE",
+                    f"/job/{view.job_id}",
+                    params={"purge": True},
+                    namespace=view.namespace,
+                    region=view.region,
+                )
+            await self._delete_variable(view.job_id, namespace=view.namespace, region=view.region)
+            self.book.views.pop(key, None)
+        finally:
+            self._purging.discard(key)
         self._runs.forget(list(view.allocs))
 
     async def _purge_when_stopped(self, view: JobView, *, grace: float) -> None:
@@ -747,7 +764,7 @@ class NomadTranslator:
 
     # -- notifier ---------------------------------------------------------------------------
 
-    def changes(self) -> AsyncIterator[WorkloadState]:
+    def changes(self) -> AsyncIterator[WorkloadState | Vanished]:
         """Notifier: event stream + blocking-list backstop per scope (``notifier.py``)."""
         feed = ChangeFeed(
             self.client,
@@ -757,6 +774,7 @@ class NomadTranslator:
             apply_events=self._apply_events,
             state=self._state,
             sleep=self._sleep,
+            monotonic=self.clock.monotonic,
             closed=self._closed,
         )
         self._feeds.append(feed)
@@ -771,15 +789,44 @@ class NomadTranslator:
         allocations then arrive as events; docs/design/pod-sync.md, "Waiting for a stop")."""
         return any(feed.live() for feed in self._feeds)
 
-    async def _apply_events(self, events: Sequence[JSON], region: str) -> Sequence[JobView]:
-        touched = await self.book.apply_events(events, region=region, view_for=self._view_for)
+    async def _apply_events(
+        self, events: Sequence[JSON], region: str
+    ) -> tuple[Sequence[JobView], Sequence[JobView]]:
+        """Merge a batch of events: (changed views, views of jobs deleted by someone else)."""
+        touched, deleted = await self.book.apply_events(
+            events, region=region, view_for=self._view_for
+        )
         for view in touched:
             waiter = self._stop_waiters.get(view_key(view))
             if waiter is not None and self._all_ended(view):
                 waiter.set()
         await self._fill_node_ips(touched)
         await self._record_run_ends(touched)
-        return touched
+        return touched, await self._gone(deleted)
+
+    async def _gone(self, deregistered: Sequence[JobView]) -> Sequence[JobView]:
+        """Of the jobs a deregistration was seen for, those that no longer exist and that this
+        agent is not stopping or purging itself: one ``GET /job/:job_id`` each (a stop leaves
+        the job listed; a purge removes it)."""
+        gone: dict[Key, JobView] = {}
+        for view in deregistered:
+            key = view_key(view)
+            if key in self._purging or (key in self._purges and not self._purges[key].done()):
+                continue  # this agent's own stop or purge
+            if key in self.book.views:
+                try:
+                    job = await self._get_job(
+                        view.job_id, namespace=view.namespace, region=view.region
+                    )
+                except BackendError as exc:
+                    log.info("nomad: is job %s still there? %s", view.job_id, exc)
+                    continue  # the next list will tell
+                if job is not None:
+                    self.book.merge_job(job, region=view.region)
+                    continue
+                self.book.views.pop(key, None)
+            gone[key] = view
+        return tuple(gone.values())
 
     async def _view_for(self, jid: str, ns: str, region: str) -> JobView | None:
         key = (region, ns, jid)

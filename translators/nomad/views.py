@@ -91,9 +91,13 @@ class JobBook:
 
     async def apply_events(
         self, events: Sequence[JSON], *, region: str, view_for: ViewFor
-    ) -> list[JobView]:
-        """Merge a batch of Job/Allocation/Evaluation events; returns the views they changed."""
+    ) -> tuple[list[JobView], list[JobView]]:
+        """Merge a batch of Job/Allocation/Evaluation events; returns the views they changed
+        and the views of jobs a deregistration was seen for: a ``job-deregister`` evaluation
+        (Nomad 1.6.3 sends no event when a purge deletes the job itself, only that
+        evaluation) or a deleted Job payload (dropped from the book here)."""
         touched: dict[Key, JobView] = {}
+        deleted: dict[Key, JobView] = {}
         for ev in events:
             topic = ev.get("Topic")
             payload = ev.get("Payload") or {}
@@ -101,8 +105,12 @@ class JobBook:
                 job = payload["Job"]
                 key = (region, str(job.get("Namespace") or "default"), str(job.get("ID")))
                 if payload.get("Deleted"):
-                    self.views.pop(key, None)
-                    touched.pop(key, None)
+                    gone = self.views.get(key)
+                    # a deletion older than the view is of an earlier job of the same ID
+                    if gone is not None and int(job.get("ModifyIndex") or 0) >= gone.modify_index:
+                        del self.views[key]
+                        deleted[key] = gone
+                        touched.pop(key, None)
                     continue
                 view = self.merge_job(job, region=region)
                 if view is not None:
@@ -119,9 +127,11 @@ class JobBook:
                 ev_obj = payload["Evaluation"]
                 key = (region, str(ev_obj.get("Namespace") or "default"), str(ev_obj.get("JobID")))
                 view = self.views.get(key)
+                if view is not None and ev_obj.get("TriggeredBy") == "job-deregister":
+                    deleted[key] = view
                 if view is not None:
                     text = placement_text(ev_obj)
                     if text and not view.allocs:
                         view.placement = text
                         touched[key] = view
-        return list(touched.values())
+        return list(touched.values()), list(deleted.values())

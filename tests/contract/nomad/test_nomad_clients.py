@@ -192,6 +192,6 @@ async def test_events_of_namespaces_outside_the_allow_list_are_never_fetched(
         )
         nomad.get(f"/v1/job/{job1['ID']}").mock(return_value=ok(job1))
         nomad.get("/v1/nodes").mock(return_value=ok([client(C1, address="198.51.100.21")]))
-        touched = await t._apply_events([event, mine], "")
+        touched, _ = await t._apply_events([event, mine], "")
     assert read.call_count == 0
     assert [v.ref.name for v in touched] == ["web-1"]

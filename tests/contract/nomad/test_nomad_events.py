@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, cast
 
 import httpx
 import pytest
 import respx
-from nomad_fixtures import ADDRESS, MakeTranslator, captured
+from nomad_fixtures import ADDRESS, MakeTranslator, Sleeps, captured
 
-from translators.base import Phase, WorkloadState
+from tests.fake_time import FakeTime
+from translators.base import Phase, Vanished, WorkloadState
 from translators.nomad.events import EventStream
+from vkgate_core.clock import FakeClock
 
 pytestmark = pytest.mark.contract
 
@@ -281,3 +283,118 @@ async def test_the_stream_says_whether_it_is_live(make_translator: MakeTranslato
         assert connects == 2 and not t.change_stream_live()
         await it.aclose()
         await t.close()
+
+
+class QueueBody(httpx.AsyncByteStream):
+    """A heartbeat, then whatever the test puts on ``lines``; ``None`` drops the connection."""
+
+    def __init__(self, lines: asyncio.Queue[bytes | None]) -> None:
+        self.lines = lines
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"{}\n"
+        while (item := await self.lines.get()) is not None:
+            yield item
+        raise httpx.ReadError("connection reset")
+
+
+def eval_event(ev: dict[str, Any], index: int) -> dict[str, Any]:
+    return {
+        "Topic": "Evaluation",
+        "Type": "JobDeregistered",
+        "Key": ev["ID"],
+        "Namespace": "default",
+        "Index": index,
+        "Payload": {"Evaluation": ev},
+    }
+
+
+async def until(done: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if done():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("timed out")
+
+
+async def test_a_live_stream_stands_in_for_the_backstop_lists_and_reports_a_purge(
+    make_translator: MakeTranslator, sleeps: Sleeps
+) -> None:
+    """While the stream is connected: no blocking allocation query, a full resync only every
+    ``backstop_live_interval`` (300 s on the translator's clock), no evaluation reads for an
+    unplaced job (its reason comes as an Evaluation event), and a job purged by someone else
+    — on Nomad 1.6.3 only a ``job-deregister`` evaluation says so — becomes ``Vanished``
+    after one job read.  Once the stream drops, the blocking query is back (docs/design/
+    nomad.md, "Change feed at rest")."""
+    running = captured("running")
+    job_a, alloc_a = running["job"], running["allocations"][0]
+    unplaced = captured("unschedulable")
+    job_p = unplaced["job"]
+    t = await make_translator()
+    clock = FakeClock()
+    t.clock = FakeTime(sleep=sleeps, now=clock.now)
+    lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+    with respx.mock(base_url=ADDRESS, assert_all_called=False) as nomad:
+        nomad.get("/v1/jobs").mock(
+            return_value=httpx.Response(200, json=[job_a, job_p], headers={"X-Nomad-Index": "100"})
+        )
+        nomad.get("/v1/nodes").mock(return_value=httpx.Response(200, json=[]))
+        calls = {"list": 0, "blocking": 0}
+
+        def allocations(request: httpx.Request) -> Any:
+            if "index" in request.url.params:
+                calls["blocking"] += 1
+                return hang_forever(request)
+            calls["list"] += 1
+            return httpx.Response(200, json=[alloc_a], headers={"X-Nomad-Index": "100"})
+
+        nomad.get("/v1/allocations").mock(side_effect=allocations)
+        # no reason yet at the first resync (its evaluation is still pending), later one
+        evals = nomad.get(f"/v1/job/{job_p['ID']}/evaluations").mock(
+            side_effect=[
+                httpx.Response(200, json=[]),
+                httpx.Response(200, json=unplaced["evaluations"]),
+            ]
+        )
+        job_read = nomad.get(f"/v1/job/{job_a['ID']}").mock(
+            return_value=httpx.Response(404, text="job not found")
+        )
+        connects = 0
+
+        def streams(request: httpx.Request) -> Any:
+            nonlocal connects
+            connects += 1
+            if connects == 1:
+                return httpx.Response(200, stream=QueueBody(lines))
+            return hang_forever(request)
+
+        nomad.get("/v1/event/stream").mock(side_effect=streams)
+        it = cast(AsyncGenerator[WorkloadState | Vanished, None], t.changes())
+        first = {(await next_state(it)).ref.name for _ in range(2)}  # type: ignore[union-attr]
+        assert first == {"running", "unschedulable"}
+        await until(t.change_stream_live)
+        assert (calls, evals.call_count) == ({"list": 1, "blocking": 0}, 1)  # the first resync
+
+        await clock.advance(299)
+        await lines.put(b"{}\n")  # a heartbeat wakes the check: not due yet
+        await asyncio.sleep(0.05)
+        assert calls == {"list": 1, "blocking": 0}
+        await clock.advance(2)
+        await lines.put(b"{}\n")
+        await until(lambda: calls["list"] == 2)  # 301 s: one full resync, no blocking query
+        await t.list()  # the controller's list while the stream is live
+        assert calls == {"list": 3, "blocking": 0} and evals.call_count == 1
+
+        deregister = {"ID": "e-1", "JobID": job_a["ID"], "Namespace": "default"}
+        await lines.put(line(105, eval_event({**deregister, "TriggeredBy": "job-deregister"}, 105)))
+        gone = await next_state(it)
+        assert isinstance(gone, Vanished) and gone.ref.name == "running"
+        assert job_read.call_count == 1
+
+        await lines.put(None)  # the stream drops; its reconnect hangs
+        await until(lambda: calls["blocking"] == 1)
+        assert not t.change_stream_live()
+        states = {s.ref.name: s for s in await t.list()}
+        assert evals.call_count == 2  # without the stream the list asks them
+        assert states["unschedulable"].reason == "Unschedulable"
+        await it.aclose()

@@ -14,7 +14,7 @@ from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 from gateway.config import Settings
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
-from translators.base import StreamHealth, WorkloadState
+from translators.base import StreamHealth, Vanished, WorkloadState
 from translators.simulated import SimulatedTranslator
 from vkgate_core.clock import FakeClock
 
@@ -30,7 +30,7 @@ class Streamed(Polled):
         super().__init__(inner)
         self.live = True
 
-    def changes(self) -> AsyncIterator[WorkloadState]:
+    def changes(self) -> AsyncIterator[WorkloadState | Vanished]:
         return self.inner.changes()
 
     def change_stream_live(self) -> bool:
@@ -119,5 +119,57 @@ async def test_a_stream_that_goes_down_brings_the_fast_relist_back(tmp_path: Pat
         lists = translator.inner.calls["list"]
         await run_for(ctl.clock, 5, step=1.0)
         assert translator.inner.calls["list"] - lists >= 4  # within a second of the drop
+    finally:
+        await ctl.stop()
+
+
+async def test_a_live_stream_lists_rarely_and_reports_a_vanished_workload_at_once(
+    tmp_path: Path,
+) -> None:
+    """With the stream connected the controller lists every ``streamed_reconcile_interval``
+    (300 s), not every ``reconcile_interval``; a workload deleted behind the agent's back
+    arrives as ``Vanished`` and its pod is handled at once, as a list would (docs/design/
+    pod-sync.md, "Lists while the stream is live")."""
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    s = Settings()
+    s.node.name = NODE
+    s.pods.reconcile_interval = 5.0
+    sim = SimulatedTranslator(
+        sim_context(clock, NODE), state_file=str(tmp_path / "sim.json"), start_delay=0.5
+    )
+    translator = Streamed(sim)
+    events = EventRecorder(kube, host=NODE, clock=clock)  # type: ignore[arg-type]
+    ctl = PodController(kube, translator, events, s, clock=clock)  # type: ignore[arg-type]
+    await ctl.start()
+    await settle()
+    try:
+        for i in range(3):
+            kube.add(
+                {
+                    "kind": "Pod",
+                    "metadata": {"name": f"p{i}"},
+                    "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x"}]},
+                }
+            )
+        await until(
+            clock,
+            lambda: all(kube.pod(f"p{i}")["status"].get("phase") == "Running" for i in range(3)),  # type: ignore[index]
+        )
+        lists = sim.calls["list"]
+        await run_for(clock, 120, step=1.0)
+        assert sim.calls["list"] - lists <= 1  # 24 at the 5 s interval (one: the first wait)
+        translator.live = False
+        await run_for(clock, 20, step=1.0)
+        assert sim.calls["list"] - lists >= 3  # the stream is down: every 5 s again
+        translator.live = True
+        await run_for(clock, 6, step=1.0)  # the loop picks the long interval up again
+        lists, creates = sim.calls["list"], sim.calls["create"]
+        uid = kube.pod("p1")["metadata"]["uid"]  # type: ignore[index]
+        del sim._records[uid]  # someone deleted the workload
+        sim._touch(uid)
+        # the pod (restartPolicy Always) gets a new workload within a few seconds, no list
+        await until(clock, lambda: sim.calls["create"] > creates, 10)
+        assert sim.calls["list"] == lists
     finally:
         await ctl.stop()
