@@ -275,3 +275,50 @@ def test_status_latency_via_the_event_stream(
             f" Nomad server commit → {from_server * 1000:.0f} ms"
         )
     assert max(e for e, _ in samples) < 2.0
+
+
+def test_a_job_purged_outside_vkgate_is_run_again_without_waiting_for_a_list(
+    control_plane: Any, kubectl: Any, nomad_agent: Any, start_gateway: Any
+) -> None:
+    """With the event stream up the agent lists Nomad only every
+    ``pods.streamed_reconcile_interval``; a job purged by someone else still comes back within
+    seconds: Nomad 1.6.3 reports the purge only as a ``job-deregister`` evaluation on the
+    stream, which vkgate checks with one job read (docs/design/nomad.md, "Change feed at
+    rest").  Both list intervals are 60 s here, so only the stream can be this quick."""
+    gw = start_gateway(
+        {
+            "pods": {"reconcile_interval": 60, "streamed_reconcile_interval": 60},
+            "backend": {
+                "kind": "nomad",
+                "nomad": {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"},
+            },
+        }
+    )
+    name = f"purged-{uuid.uuid4().hex[:5]}"
+    kubectl(
+        "apply", "-f", "-", input=pod_manifest(name, gw.node_name, "sleep 3600", policy="Always")
+    )
+    wait_until(
+        f"{name} Running",
+        lambda: get_pod(control_plane, name).get("status", {}).get("phase") == "Running",
+    )
+    uid = get_pod(control_plane, name)["metadata"]["uid"]
+    job = job_of(nomad_agent, uid)
+    assert job is not None
+    time.sleep(6)  # past VANISH_GRACE: a deletion right after a create is left to the list
+    with nomad_agent.http_client() as c:
+        assert c.delete(f"/v1/job/{job['ID']}", params={"purge": "true"}).status_code == 200
+    purged = time.monotonic()
+    again = wait_until(
+        "a new job for the pod",
+        lambda: (j := job_of(nomad_agent, uid)) and j["CreateIndex"] > job["CreateIndex"] and j,
+        timeout=30,
+    )
+    took = time.monotonic() - purged
+    assert again["ID"] == job["ID"]
+    assert took < 15, f"run again after {took:.1f} s: that was a list, not the stream"
+    sel = f"involvedObject.name%3D{name},reason%3DWorkloadLost"
+    lost = control_plane.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
+    assert lost.get("items"), "the pod's WorkloadLost Event"
+    print(f"\npurged job run again after {took:.1f} s")
+    kubectl("delete", "pod", name, "--wait=true", timeout=90)
