@@ -82,15 +82,20 @@ class ChangeFeed:
         queue: asyncio.Queue[WorkloadState | Vanished] = asyncio.Queue()
         last: dict[str, WorkloadState] = {}
 
+        #: uid → (region, namespace) of the job whose state was yielded
+        where: dict[str, tuple[str, str]] = {}
+
         def emit(views: Sequence[JobView]) -> None:
             for view in views:
                 state = self._state(view)
                 if last.get(view.ref.uid) != state:
                     last[view.ref.uid] = state
+                    where[view.ref.uid] = (view.region, view.namespace)
                     queue.put_nowait(state)
 
         def vanish(views: Sequence[JobView]) -> None:
             for view in views:
+                where.pop(view.ref.uid, None)
                 if last.pop(view.ref.uid, None) is not None:
                     queue.put_nowait(Vanished(view.ref))
 
@@ -98,6 +103,15 @@ class ChangeFeed:
             views, index = await self._resync(region, ns_param, placement)
             self._resynced[(region, ns_param)] = self._monotonic()
             emit(views)
+            # a yielded job of this scope the list no longer has is gone (e.g. a Nomad that
+            # lost its state came back while the stream reconnected)
+            listed = {v.ref.uid for v in views}
+            for uid, (r, ns) in list(where.items()):
+                if r == region and ns_param in ("*", ns) and uid not in listed:
+                    del where[uid]
+                    state = last.pop(uid, None)
+                    if state is not None:
+                        queue.put_nowait(Vanished(state.ref))
             return index
 
         async def stream(region: str, ns_param: str, start_index: int) -> None:

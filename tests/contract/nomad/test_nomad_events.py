@@ -398,3 +398,43 @@ async def test_a_live_stream_stands_in_for_the_backstop_lists_and_reports_a_purg
         assert evals.call_count == 2  # without the stream the list asks them
         assert states["unschedulable"].reason == "Unschedulable"
         await it.aclose()
+
+
+async def test_a_job_missing_from_the_resync_after_a_reconnect_is_vanished(
+    make_translator: MakeTranslator,
+) -> None:
+    """A Nomad that lost its state (kill -9, restart) while the stream reconnected: the resync
+    after the reconnect no longer lists the job, and the feed says so at once rather than
+    leave it to the controller's next list (300 s apart while the stream is live)."""
+    running = captured("running")
+    job_a, alloc_a = running["job"], running["allocations"][0]
+    t = await make_translator()
+    lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+    with respx.mock(base_url=ADDRESS, assert_all_called=False) as nomad:
+        listed = [job_a]
+        nomad.get("/v1/jobs").mock(
+            side_effect=lambda request: httpx.Response(
+                200, json=list(listed), headers={"X-Nomad-Index": "100"}
+            )
+        )
+        nomad.get("/v1/nodes").mock(return_value=httpx.Response(200, json=[]))
+
+        def allocations(request: httpx.Request) -> Any:
+            if "index" in request.url.params:
+                return hang_forever(request)
+            return httpx.Response(
+                200, json=[alloc_a] if listed else [], headers={"X-Nomad-Index": "100"}
+            )
+
+        nomad.get("/v1/allocations").mock(side_effect=allocations)
+        nomad.get("/v1/event/stream").mock(
+            side_effect=lambda request: httpx.Response(200, stream=QueueBody(lines))
+        )
+        it = cast(AsyncGenerator[WorkloadState | Vanished, None], t.changes())
+        first = await next_state(it)
+        assert isinstance(first, WorkloadState) and first.ref.name == "running"
+        listed.clear()  # Nomad comes back empty
+        await lines.put(None)  # the stream drops and reconnects: a resync
+        gone = await next_state(it)
+        assert isinstance(gone, Vanished) and gone.ref.uid == first.ref.uid
+        await it.aclose()
