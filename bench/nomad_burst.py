@@ -429,7 +429,7 @@ class Session:
 
 
 def vkgate_settings(s: Session, n: int) -> dict[str, Any]:
-    return {
+    settings: dict[str, Any] = {
         "log": {"level": "info"},
         "node": {"capacity": {"pods": str(max(110, n + 100))}},
         "templates": {"dirs": [str(TEMPLATES_DIR)]},
@@ -442,6 +442,18 @@ def vkgate_settings(s: Session, n: int) -> dict[str, Any]:
             },
         },
     }
+    for item in s.args.set:
+        key, _, raw = item.partition("=")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        *parents, leaf = key.split(".")
+        node = settings
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return settings
 
 
 def render_template_job(workdir: Path) -> dict[str, Any]:
@@ -830,6 +842,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-burst", action="store_true", help="only the rate round")
     p.add_argument("--idle", type=float, default=0.0, help="steady-state seconds (vkgate, burst)")
     p.add_argument("--settle", type=float, default=3.0, help="idle seconds after vkgate starts")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="vkgate setting, e.g. pods.streamed_reconcile_interval=5 (JSON value)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="bound of each wait (s)")
     p.add_argument("--profile", type=Path, default=None, help="py-spy vkgate over round 1's burst")
     p.add_argument("--json", type=Path, default=None, help="every run as JSON (bench.plots)")

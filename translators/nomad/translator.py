@@ -136,6 +136,10 @@ def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[st
     return out
 
 
+#: Pod uids whose purge the translator remembers (``NomadTranslator._purged``).
+PURGED_MEMORY = 20_000
+
+
 class NomadTranslator:
     kind = "nomad"
     features = Features(
@@ -222,6 +226,9 @@ class NomadTranslator:
         self._purges: dict[Key, asyncio.Task[None]] = {}
         #: Jobs whose purge this process has sent and not yet seen answered.
         self._purging: set[Key] = set()
+        #: Pod uids whose job this process purged (the last ``PURGED_MEMORY``): a later delete
+        #: of the same pod is done at once, with no job read.
+        self._purged: dict[str, None] = {}
         #: Blocking queries waiting for stopped jobs at once: at most half the connections
         #: (docs/design/nomad.md, "Connections"), so a mass delete without the event stream
         #: queues its waits here instead of taking every connection from creates and lists.
@@ -538,6 +545,7 @@ class NomadTranslator:
             return None
 
     async def create(self, pod: ResolvedPod) -> WorkloadState:
+        self._purged.pop(pod.uid, None)  # run again (a lost workload): its new job is live
         spec, items = await self._render(pod)
         job = spec["Job"]
         jid, ns = str(job["ID"]), str(job.get("Namespace") or "default")
@@ -598,16 +606,22 @@ class NomadTranslator:
         return False
 
     async def _locate(self, ref: PodRef) -> JobView | None:
-        """The owned job of a pod: from the views, else by its computed ID in each scope."""
-        for view in self.book.views.values():
-            if view.ref.uid == ref.uid:
-                return view
+        """The owned job of a pod: from the views (by its computed ID, else by a scan), else
+        by its computed ID in each scope."""
         jid = job_id(ref.namespace, ref.name, ref.uid, prefix=self.config.job_prefix)
         try:  # the mapped namespace first: with namespace_from_pod that is where the job is
             mapped = mapped_namespace(ref.namespace, self.config)
         except TranslationError:
             mapped = None
         first = (mapped,) if mapped else ()
+        for region in self.config.all_regions:
+            for ns in dict.fromkeys((*first, *self.config.all_namespaces)):
+                known = self.book.views.get((region, ns, jid))
+                if known is not None and known.ref.uid == ref.uid:
+                    return known
+        for view in self.book.views.values():
+            if view.ref.uid == ref.uid:
+                return view
         for region in self.config.all_regions:
             for ns in dict.fromkeys((*first, *self.config.all_namespaces)):
                 job = await self._get_job(jid, namespace=ns, region=region)
@@ -626,10 +640,21 @@ class NomadTranslator:
         return None
 
     async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+        if ref.uid in self._purged:
+            return  # purged already (the stop's own purge ran before the pod's final delete)
         view = await self._locate(ref)
         if view is None:
             return
         key = view_key(view)
+        running = self._purges.get(key)
+        if running is not None and not running.done():
+            # the stop's background purge: one purge per job, not two racing ones
+            if key in self._purging or not self._all_ended(view):
+                await asyncio.shield(running)
+                return
+            running.cancel()  # it waits for an end the view already shows: purge here
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
         if view.allocs and self.change_stream_live():
             # the event stream keeps a placed job's allocations current: no read needed
             allocs: list[JSON] = list(view.allocs.values())
@@ -693,6 +718,9 @@ class NomadTranslator:
                 )
             await self._delete_variable(view.job_id, namespace=view.namespace, region=view.region)
             self.book.views.pop(key, None)
+            self._purged[view.ref.uid] = None
+            if len(self._purged) > PURGED_MEMORY:
+                del self._purged[next(iter(self._purged))]
         finally:
             self._purging.discard(key)
         self._runs.forget(list(view.allocs))

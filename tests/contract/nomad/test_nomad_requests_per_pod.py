@@ -89,6 +89,34 @@ async def test_with_the_event_stream_a_create_and_a_delete_cost_at_most_3_reques
     assert create == {("GET", "/job/:job_id"): 1, ("POST", "/jobs"): 1}
     assert delete == {("DELETE", "/job/:job_id"): 2}  # stop, then purge
     assert sum(create.values()) <= 3 and sum(delete.values()) <= 3
+    # the pod's final delete (the controller's purge step once it saw the end): nothing left
+    before = Counter(t.client.requests)
+    await t.delete(pod.ref, grace_seconds=0)
+    assert Counter(t.client.requests) == before
+
+
+async def test_the_final_delete_and_the_stops_own_purge_purge_once(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream's event that shows the stopped allocation ended wakes both the stop's
+    background purge and the controller, whose plan purges too: one purge, not two (at a
+    1,000-pod mass delete 38 % of the jobs were purged twice)."""
+    clock = FakeClock()
+    t = await translator(h, clock)
+    monkeypatch.setattr(t, "change_stream_live", lambda: True)
+    pod = h.pod("web")
+    await t.create(pod)
+    h.fake.advance()
+    await t._apply_events(stream_events(h, pod.uid), "")
+    await t.delete(pod.ref, grace_seconds=30)
+    await settle()
+    before = Counter(t.client.requests)
+    h.fake.advance()  # the allocation ends ...
+    await t._apply_events(stream_events(h, pod.uid), "")
+    await t.delete(pod.ref, grace_seconds=0)  # ... and the final delete runs at once
+    await settle()
+    assert h.workloads(pod.uid) == 0
+    assert Counter(t.client.requests) - before == {("DELETE", "/job/:job_id"): 1}
 
 
 async def test_without_the_stream_a_delete_asks_nomad_when_the_allocations_end(
