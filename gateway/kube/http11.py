@@ -62,6 +62,10 @@ class _Conn:
         return not self.reader.at_eof() and not self.writer.is_closing()
 
     def close(self) -> None:
+        # once only: a TLS transport closed twice forgets its protocol, and every later
+        # get_extra_info() on it raises AttributeError
+        if self.writer.is_closing():
+            return
         with contextlib.suppress(Exception):
             self.writer.close()
 
@@ -72,7 +76,8 @@ class _Conn:
             async with asyncio.timeout(limit):
                 await self.writer.wait_closed()
         except BaseException as exc:
-            self.writer.transport.abort()
+            with contextlib.suppress(Exception):
+                self.writer.transport.abort()
             if not isinstance(exc, Exception):
                 raise
 
@@ -260,7 +265,7 @@ class Http11Sender:
     def _discard(self, conn: _Conn) -> None:
         """Close ``conn``; it stays in ``_closing`` until its transport has closed."""
         conn.close()
-        if conn.writer.transport.get_extra_info("socket") is None:
+        if _socket_closed(conn):
             return
         self._closing.add(conn)
         self._prune()
@@ -399,7 +404,12 @@ class Http11Sender:
 
 
 def _socket_closed(conn: _Conn) -> bool:
-    sock = conn.writer.transport.get_extra_info("socket")
+    """True once the connection's socket is closed.  A TLS transport whose connection was
+    lost has no protocol left to ask (``get_extra_info`` raises AttributeError then)."""
+    try:
+        sock = conn.writer.transport.get_extra_info("socket")
+    except AttributeError:
+        return True
     return sock is None or sock.fileno() == -1
 
 

@@ -414,6 +414,29 @@ async def test_aclose_returns_only_when_every_tls_socket_is_closed(tmp_path: Pat
         srv.close()
 
 
+async def test_a_tls_connection_discarded_twice_is_still_closed_cleanly(tmp_path: Path) -> None:
+    # a failed request discards its connection twice (the retry path, then the outer handler);
+    # a TLS transport closed twice forgets its protocol, and asking it for its socket raised
+    # AttributeError in the benchmark's client after a 1,000-pod burst
+    server_ctx, client_ctx = _tls_contexts(tmp_path)
+    server = Server(lambda r, w, _: _answer_forever(r, w, server))
+    srv = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_ctx)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        pool = Http11Sender(f"https://127.0.0.1:{port}", ssl_context=client_ctx)
+        assert (await pool.request("GET", "/", {})).status_code == 200
+        (sock,) = _sockets(pool)
+        conn = pool._idle.pop()
+        pool._discard(conn)
+        pool._discard(conn)
+        await asyncio.sleep(0.05)
+        pool._discard(conn)  # after the close finished, too
+        await pool.aclose()
+        assert sock.fileno() == -1
+    finally:
+        srv.close()
+
+
 async def test_aclose_aborts_a_tls_peer_that_never_answers_close_notify(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
