@@ -135,7 +135,9 @@ class ChangeFeed:
                         emit(changed)
                         vanish(deleted)
                     except BackendError as exc:
-                        log.info("nomad: handling events failed: %s", exc)
+                        # the batch is lost: the backstop resyncs at the stream's next line
+                        log.info("nomad: handling events failed, resync due: %s", exc)
+                        self._resynced[(region, ns_param)] = float("-inf")
             finally:
                 if self.streams.get((region, ns_param)) is events:
                     del self.streams[(region, ns_param)]

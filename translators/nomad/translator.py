@@ -224,7 +224,8 @@ class NomadTranslator:
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
-        #: Jobs whose purge this process has sent and not yet seen answered.
+        #: Jobs whose stop / purge this process has sent and not yet seen answered.
+        self._stopping: set[Key] = set()
         self._purging: set[Key] = set()
         #: Pod uids whose job this process purged (the last ``PURGED_MEMORY``): a later delete
         #: of the same pod is done at once, with no job read.
@@ -676,6 +677,9 @@ class NomadTranslator:
             await self._purge(view)
             return
         if not view.stop:
+            # marked before the request: its job-deregister evaluation may reach the stream
+            # consumer before the answer reaches us, and is not news (``_gone``)
+            self._stopping.add(key)
             try:
                 await self.client.call(
                     "DELETE", f"/job/{view.job_id}", namespace=view.namespace, region=view.region
@@ -683,6 +687,8 @@ class NomadTranslator:
             except BackendNotFound:
                 self.book.views.pop(key, None)
                 return
+            finally:
+                self._stopping.discard(key)
             view.stop = True
         if key not in self._purges or self._purges[key].done():
             self._purges[key] = asyncio.create_task(
@@ -839,8 +845,10 @@ class NomadTranslator:
         gone: dict[Key, JobView] = {}
         for view in deregistered:
             key = view_key(view)
-            if key in self._purging or (key in self._purges and not self._purges[key].done()):
-                continue  # this agent's own stop or purge
+            if view.stop or key in self._stopping or key in self._purging:
+                # this agent's own stop or purge; a job stopped (by anyone) is being purged
+                # by this agent, whose delete of the pod stopped it or will
+                continue
             if key in self.book.views:
                 try:
                     job = await self._get_job(

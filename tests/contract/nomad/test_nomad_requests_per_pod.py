@@ -209,3 +209,39 @@ async def test_a_mass_delete_without_the_stream_leaves_half_the_connections_free
         await asyncio.sleep(0.01)
     assert all(h.workloads(pod.uid) == 0 for pod in pods)  # every job purged in the end
     assert 1 < peak <= t.config.max_connections // 2 == 4
+
+
+async def test_the_stops_own_deregister_evaluation_costs_no_job_read(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job-deregister evaluation of the agent's own stop can reach the stream consumer
+    before the stop's answer reaches the agent: it is not news, and asks Nomad nothing (at a
+    5,000-pod mass delete those reads filled the connection pool and stalled the delete)."""
+    clock = FakeClock()
+    t = await translator(h, clock)
+    monkeypatch.setattr(t, "change_stream_live", lambda: True)
+    pod = h.pod("web")
+    await t.create(pod)
+    h.fake.advance()
+    await t._apply_events(stream_events(h, pod.uid), "")
+    view = next(v for v in t.book.views.values() if v.ref.uid == pod.uid)
+    real_call = t.client.call
+    gone: list[Any] = []
+
+    async def call(method: str, path: str, **kw: Any) -> Any:
+        reply = await real_call(method, path, **kw)
+        if method == "DELETE" and not kw.get("params"):  # the stop: its evaluation arrives first
+            ev = {"ID": "e-stop", "JobID": view.job_id, "Namespace": view.namespace}
+            event = {
+                "Topic": "Evaluation",
+                "Type": "JobDeregistered",
+                "Payload": {"Evaluation": {**ev, "TriggeredBy": "job-deregister"}},
+            }
+            gone.append((await t._apply_events([event], ""))[1])
+        return reply
+
+    monkeypatch.setattr(t.client, "call", call)
+    before = Counter(t.client.requests)
+    await t.delete(pod.ref, grace_seconds=30)
+    assert gone == [()]
+    assert Counter(t.client.requests) - before == {("DELETE", "/job/:job_id"): 1}
