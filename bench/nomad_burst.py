@@ -442,18 +442,7 @@ def vkgate_settings(s: Session, n: int) -> dict[str, Any]:
             },
         },
     }
-    for item in s.args.set:
-        key, _, raw = item.partition("=")
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        *parents, leaf = key.split(".")
-        node = settings
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return settings
+    return report.apply_sets(settings, s.args.set)
 
 
 def render_template_job(workdir: Path) -> dict[str, Any]:

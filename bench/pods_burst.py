@@ -742,18 +742,7 @@ def vkgate_settings(args: argparse.Namespace) -> dict[str, Any]:
             },
         },
     }
-    for item in args.set:
-        key, _, raw = item.partition("=")
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        *parents, leaf = key.split(".")
-        node = settings
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return settings
+    return report.apply_sets(settings, args.set)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import math
 import os
 import platform
@@ -21,7 +22,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from devstack.controlplane import ControlPlane
@@ -169,3 +170,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
+
+
+def apply_sets(settings: dict[str, Any], items: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` options onto a vkgate settings table: a dotted key, a JSON value
+    (else the string)."""
+    for item in items:
+        key, _, raw = item.partition("=")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        *parents, leaf = key.split(".")
+        node = settings
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return settings

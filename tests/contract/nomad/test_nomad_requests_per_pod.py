@@ -61,6 +61,19 @@ def stream_events(h: NomadHarness, uid: str) -> list[dict[str, Any]]:
     return events
 
 
+async def streamed_running_pod(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> tuple[NomadTranslator, Any]:
+    """A translator whose event stream counts as live, and a pod placed and Running on it."""
+    t = await translator(h, FakeClock())
+    monkeypatch.setattr(t, "change_stream_live", lambda: True)
+    pod = h.pod("web")
+    await t.create(pod)
+    h.fake.advance()
+    await t._apply_events(stream_events(h, pod.uid), "")
+    return t, pod
+
+
 async def settle(rounds: int = 30) -> None:
     for _ in range(rounds):
         await asyncio.sleep(0)
@@ -101,13 +114,7 @@ async def test_the_final_delete_and_the_stops_own_purge_purge_once(
     """The stream's event that shows the stopped allocation ended wakes both the stop's
     background purge and the controller, whose plan purges too: one purge, not two (at a
     1,000-pod mass delete 38 % of the jobs were purged twice)."""
-    clock = FakeClock()
-    t = await translator(h, clock)
-    monkeypatch.setattr(t, "change_stream_live", lambda: True)
-    pod = h.pod("web")
-    await t.create(pod)
-    h.fake.advance()
-    await t._apply_events(stream_events(h, pod.uid), "")
+    t, pod = await streamed_running_pod(h, monkeypatch)
     await t.delete(pod.ref, grace_seconds=30)
     await settle()
     before = Counter(t.client.requests)
@@ -217,13 +224,7 @@ async def test_the_stops_own_deregister_evaluation_costs_no_job_read(
     """The job-deregister evaluation of the agent's own stop can reach the stream consumer
     before the stop's answer reaches the agent: it is not news, and asks Nomad nothing (at a
     5,000-pod mass delete those reads filled the connection pool and stalled the delete)."""
-    clock = FakeClock()
-    t = await translator(h, clock)
-    monkeypatch.setattr(t, "change_stream_live", lambda: True)
-    pod = h.pod("web")
-    await t.create(pod)
-    h.fake.advance()
-    await t._apply_events(stream_events(h, pod.uid), "")
+    t, pod = await streamed_running_pod(h, monkeypatch)
     view = next(v for v in t.book.views.values() if v.ref.uid == pod.uid)
     real_call = t.client.call
     gone: list[Any] = []

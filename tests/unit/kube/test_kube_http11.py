@@ -28,6 +28,7 @@ from gateway.kube import http11
 from gateway.kube.client import KubeClient, KubeConfig
 from gateway.kube.errors import ApiError, ApiUnavailable, Conflict
 from gateway.kube.http11 import Http11Sender
+from tests.unit.kubelet.kubelet_helpers import make_ca
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -350,45 +351,28 @@ async def test_the_lean_path_retries_through_the_one_retry_loop() -> None:
 
 
 def _tls_contexts(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A self-signed certificate for 127.0.0.1: (server context, client context)."""
-    import datetime as dt
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    crt, pem = tmp / "tls.crt", tmp / "tls.key"
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    """A certificate for 127.0.0.1 from a test CA: (server context, client context)."""
+    ca = make_ca()
+    cert, key = ca.issue("127.0.0.1", server_hosts=["127.0.0.1"])
+    (tmp / "tls.crt").write_bytes(cert)
+    (tmp / "tls.key").write_bytes(key)
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(crt, pem)
-    client = ssl.create_default_context(cafile=str(crt))
+    server.load_cert_chain(tmp / "tls.crt", tmp / "tls.key")
+    client = ssl.create_default_context(cadata=ca.cert_pem.decode())
     return server, client
+
+
+@asynccontextmanager
+async def tls_pool(tmp: Path) -> AsyncIterator[Http11Sender]:
+    """A pool on an asyncio TLS server that answers every request with ``{}``."""
+    server_ctx, client_ctx = _tls_contexts(tmp)
+    server = Server(lambda r, w, _: _answer_forever(r, w, server))
+    srv = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_ctx)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        yield Http11Sender(f"https://127.0.0.1:{port}", ssl_context=client_ctx)
+    finally:
+        srv.close()
 
 
 def _sockets(pool: Http11Sender) -> list[Any]:
@@ -398,32 +382,20 @@ def _sockets(pool: Http11Sender) -> list[Any]:
 async def test_aclose_returns_only_when_every_tls_socket_is_closed(tmp_path: Path) -> None:
     # Over TLS a close is an exchange (close_notify): a client whose loop ends right after
     # aclose() left the sockets open and a ResourceWarning for the garbage collector.
-    server_ctx, client_ctx = _tls_contexts(tmp_path)
-    server = Server(lambda r, w, _: _answer_forever(r, w, server))
-    srv = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_ctx)
-    port = srv.sockets[0].getsockname()[1]
-    try:
-        pool = Http11Sender(f"https://127.0.0.1:{port}", ssl_context=client_ctx)
+    async with tls_pool(tmp_path) as pool:
         replies = await asyncio.gather(*(pool.request("GET", "/", {}) for _ in range(4)))
         assert [r.status_code for r in replies] == [200] * 4
         socks = _sockets(pool)
         assert len(socks) == 4 and all(s.fileno() != -1 for s in socks)
         await pool.aclose()
         assert [s.fileno() for s in socks] == [-1] * 4
-    finally:
-        srv.close()
 
 
 async def test_a_tls_connection_discarded_twice_is_still_closed_cleanly(tmp_path: Path) -> None:
     # a failed request discards its connection twice (the retry path, then the outer handler);
     # a TLS transport closed twice forgets its protocol, and asking it for its socket raised
     # AttributeError in the benchmark's client after a 1,000-pod burst
-    server_ctx, client_ctx = _tls_contexts(tmp_path)
-    server = Server(lambda r, w, _: _answer_forever(r, w, server))
-    srv = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_ctx)
-    port = srv.sockets[0].getsockname()[1]
-    try:
-        pool = Http11Sender(f"https://127.0.0.1:{port}", ssl_context=client_ctx)
+    async with tls_pool(tmp_path) as pool:
         assert (await pool.request("GET", "/", {})).status_code == 200
         (sock,) = _sockets(pool)
         conn = pool._idle.pop()
@@ -433,8 +405,6 @@ async def test_a_tls_connection_discarded_twice_is_still_closed_cleanly(tmp_path
         pool._discard(conn)  # after the close finished, too
         await pool.aclose()
         assert sock.fileno() == -1
-    finally:
-        srv.close()
 
 
 async def test_aclose_aborts_a_tls_peer_that_never_answers_close_notify(
