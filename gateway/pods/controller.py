@@ -614,7 +614,10 @@ class PodController:
         if pod is None or uid_of(pod) != uid or uid not in self.view:
             return  # orphans are the reconcile's business; a removal act made is known
         if self.actor.acts.submitted_since(uid, self.clock.monotonic() - VANISH_GRACE):
-            return  # just (re)created: the next list decides
+            # just (re)created: the deletion may be of the workload it replaced; a list
+            # decides, now rather than at the next interval (300 s while the stream is live)
+            self.view.refresh_soon()
+            return
         self.view.vanish(uid)
         if (pod.get("metadata") or {}).get("deletionTimestamp") or not st.is_terminal(pod):
             self.queue.add(PodKey.of(pod))

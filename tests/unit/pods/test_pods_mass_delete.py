@@ -171,5 +171,21 @@ async def test_a_live_stream_lists_rarely_and_reports_a_vanished_workload_at_onc
         # the pod (restartPolicy Always) gets a new workload within a few seconds, no list
         await until(clock, lambda: sim.calls["create"] > creates, 10)
         assert sim.calls["list"] == lists
+        # gone within VANISH_GRACE of its create (a Nomad that lost its state a second after
+        # the pod started): left to a list, which comes at once, not 300 s later
+        kube.add(
+            {
+                "kind": "Pod",
+                "metadata": {"name": "young"},
+                "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "x"}]},
+            }
+        )
+        await until(clock, lambda: kube.pod("young")["status"].get("phase") == "Running", 10)  # type: ignore[index]
+        lists, creates = sim.calls["list"], sim.calls["create"]
+        uid = kube.pod("young")["metadata"]["uid"]  # type: ignore[index]
+        del sim._records[uid]
+        sim._touch(uid)
+        await until(clock, lambda: sim.calls["create"] > creates, 10)
+        assert sim.calls["list"] > lists
     finally:
         await ctl.stop()
