@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_until
+from hostports import host_port_base
 from podjson import pod_with
 from probing import condition, pod_events, pod_status
 
@@ -78,7 +79,7 @@ def test_a_grpc_readiness_probe_follows_the_servers_health(
         }
     )
     tag = uuid.uuid4().hex[:5]
-    base = 20000 + int(tag, 16) % 20000
+    base = host_port_base(tag, 2)
     late, never = f"late-grpc-{tag}", f"never-grpc-{tag}"
     kubectl("apply", "-f", "-", input=_pod(late, gw.node_name, base, "", 8))
     kubectl("apply", "-f", "-", input=_pod(never, gw.node_name, base + 1, "shop", 0))

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import Kubectl, unavailable, wait_until
+from hostports import host_port_base
 from podjson import pod_with
 
 from devstack.nomad_cluster import NomadCluster, bridge_unavailable_reason
@@ -180,5 +181,5 @@ def test_every_handler_on_raw_exec_in_host_mode(
     serve = (
         "mkdir -p www && echo ok > www/index.html && exec /bin/busybox httpd -f -p {port} -h www"
     )
-    port = 21000 + int(tag, 16) % 20000
+    port = host_port_base(tag, 42)
     _run_handler_matrix(cluster_kubectl, gw.node_name, tag, serve=serve, port=port, host=True)

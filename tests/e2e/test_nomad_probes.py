@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_until
+from hostports import host_port_base
 from podjson import pod_with
 from probing import condition, pod_events, pod_status
 
@@ -47,7 +48,7 @@ def test_readiness_follows_each_handler_kind(
         }
     )
     tag = uuid.uuid4().hex[:5]
-    base = 20000 + int(tag, 16) % 20000
+    base = host_port_base(tag, 8)
     www = "mkdir -p www && echo ok > www/index.html"
     pods = {
         # serves only after 8 s: ready late
@@ -119,7 +120,7 @@ def test_a_hung_process_is_restarted_by_its_liveness_probe(
         }
     )
     tag = uuid.uuid4().hex[:5]
-    port = 20000 + int(tag, 16) % 20000
+    port = host_port_base(tag, 1)
     name = f"hung-{tag}"
     doc = json.loads(_pod(name, gw.node_name, "echo started; exec sleep 300", {}, port))
     app = doc["spec"]["containers"][0]

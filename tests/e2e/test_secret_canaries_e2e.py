@@ -164,11 +164,14 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
     except AssertionError as exc:
         events = kubectl("get", "events", "-n", ns, check=False).stdout
         raise AssertionError(f"{exc}\nstatus: {pod()['status']}\nevents:\n{events}") from None
-    # exec: the values arrived (compared by digest, so the command line carries no canary)
+    # exec: the values arrived (compared by digest, so the command line carries no canary).
+    # The files are searched for in this task's own directory: an exec on raw_exec starts in
+    # "/", where other tests' task directories hold files of the same name.
+    task = '"${NOMAD_TASK_DIR:?}/.."'
     script = (
         'echo "env=$(printf %s "$CANARY" | md5sum)"; '
         'echo "envfrom=$(printf %s "$FROM_SECRET" | md5sum)"; '
-        'f=$(find . -path "*vkgate/creds/file" | head -1); echo "file=$(md5sum < "$f")"'
+        f'f=$(find {task} -path "*vkgate/creds/file" | head -1); echo "file=$(md5sum < "$f")"'
     )
     out = kubectl("exec", "-n", ns, "app", "--", "/bin/sh", "-c", script, timeout=30)
     assert f"env={md5(canary['env'])}" in out.stdout, out.stdout
@@ -183,7 +186,7 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
         "--",
         "/bin/sh",
         "-c",
-        'cat "$(find . -path "*vkgate/api/token" | head -1)"',
+        f'cat "$(find {task} -path "*vkgate/api/token" | head -1)"',
         timeout=30,
     ).stdout
     assert token_out.count(".") == 2, "a JWT"
