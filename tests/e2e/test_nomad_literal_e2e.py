@@ -18,6 +18,7 @@ import base64
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, example, given, settings
@@ -107,9 +108,18 @@ SCRIPT = (
 )
 
 
-def pod_printing(node: str, strings: Sequence[str], *, image: str = "busybox:1.36") -> ResolvedPod:
+def pod_printing(
+    node: str,
+    strings: Sequence[str],
+    *,
+    image: str = "busybox:1.36",
+    script: str = SCRIPT,
+    working_dir: str = "",
+) -> ResolvedPod:
     name, uid = f"lit-{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
-    container = {"name": "app", "image": image}
+    container: dict[str, str] = {"name": "app", "image": image}
+    if working_dir:
+        container["workingDir"] = working_dir
     env = [EnvVar(f"E_{i}", s) for i, s in enumerate(strings)]
     return ResolvedPod(
         namespace="e2e",
@@ -129,15 +139,23 @@ def pod_printing(node: str, strings: Sequence[str], *, image: str = "busybox:1.3
                 name="app",
                 image=image,
                 command=("/bin/sh", "-c"),
-                args=(SCRIPT, "sh", *strings),
+                args=(script, "sh", *strings),
                 env=(EnvVar("N", str(len(strings))), *env),
+                working_dir=working_dir,
                 spec=container,
             ),
         ),
     )
 
 
-async def printed(agent: NomadAgent, strings: Sequence[str], *, template: str) -> list[str]:
+async def printed(
+    agent: NomadAgent,
+    strings: Sequence[str],
+    *,
+    template: str,
+    script: str = SCRIPT,
+    working_dir: str = "",
+) -> list[str]:
     t = NomadTranslator(
         TranslatorContext(
             f"vk-{uuid.uuid4().hex[:6]}", {**agent.backend_settings(), "template": template}
@@ -146,7 +164,7 @@ async def printed(agent: NomadAgent, strings: Sequence[str], *, template: str) -
     )
     await t.start()
     try:
-        pod = pod_printing(t.node_name, strings)
+        pod = pod_printing(t.node_name, strings, script=script, working_dir=working_dir)
         await t.create(pod)
         deadline = time.monotonic() + 60
         while True:
@@ -197,3 +215,28 @@ def test_docker_process_gets_pod_strings_byte_for_byte(
 ) -> None:
     got = asyncio.run(printed(docker_nomad, strings, template="nomad/job.j2"))
     assert got == expect(strings, docker_nomad.clients[0].ip)
+
+
+def test_raw_exec_runs_the_command_in_the_containers_working_dir(
+    nomad_agent: NomadAgent, tmp_path: Path
+) -> None:
+    """``workingDir`` on raw_exec (which has no ``work_dir`` option in Nomad 1.6: the client
+    refuses such a task) — the command starts there, with its own argv, and the directory's
+    name arrives byte for byte."""
+    wd = tmp_path / 'work ${HOME} $0 "q" %{x} \\ é'
+    wd.mkdir()
+    (wd / "marker").write_text("relative read")
+    script = (
+        'for s in "$(pwd)" "$(cat marker)" "$0" "$1"; do '
+        'printf "%s" "$s" | base64 | tr -d "\\n"; echo; done'
+    )
+    got = asyncio.run(
+        printed(
+            nomad_agent,
+            ["arg ${HOME}"],
+            template="nomad/raw_exec.j2",
+            script=script,
+            working_dir=str(wd),
+        )
+    )
+    assert got == [str(wd), "relative read", "sh", "arg ${HOME}"]
