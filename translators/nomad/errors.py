@@ -50,6 +50,8 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_BODY else text[: MAX_BODY - 1] + "…"
 
 
+#: Nomad's words when a register's ``EnforceIndex`` check fails ("… 0: job already exists").
+ENFORCE_INDEX = "Enforcing job modify index"
 PERMISSION_DENIED = "Permission denied"
 TOKEN_NOT_FOUND = "ACL token not found"
 
@@ -70,6 +72,8 @@ def error_for_status(
         )
     if status in (401, 403):
         return BackendAuthError(msg, status=status)
+    if ENFORCE_INDEX in text:  # a register with EnforceIndex met another job version (a 500)
+        return BackendConflict(msg, status=status)
     if status == 404:
         return BackendNotFound(msg, status=status)
     if status == 409:

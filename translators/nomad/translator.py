@@ -551,21 +551,35 @@ class NomadTranslator:
         job = spec["Job"]
         jid, ns = str(job["ID"]), str(job.get("Namespace") or "default")
         region = str(job.get("Region") or self.config.region)
-        existing = await self._get_job(jid, namespace=ns, region=region)
-        if existing is not None and not existing.get("Stop"):
-            if (existing.get("Meta") or {}).get(META_UID) != pod.uid or not is_owned(
-                existing.get("Meta"), self.node_name
-            ):
-                raise BackendConflict(
-                    f"nomad job {jid!r} exists and belongs to another pod or owner"
-                )
-            view = self.book.merge_job(existing, region=region)
-            assert view is not None
-            return self._state(view)
         await self._write_variable(jid, items, namespace=ns, region=region)
         if not items and (region, ns, jid) not in self._variables:
             self._no_variable.add((region, ns, jid))
-        reply = await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
+        # Registered only if no job of that ID exists (EnforceIndex with index 0): one request
+        # for a new pod, where a read first cost two.  The Variable is written before: the
+        # ID holds the pod's UID, so a job already there is this pod's, its files the same
+        # (docs/design/nomad.md, "Requests per pod").
+        try:
+            reply = await self.client.call(
+                "POST",
+                "/jobs",
+                body={**spec, "EnforceIndex": True, "JobModifyIndex": 0},
+                namespace=ns,
+                region=region,
+            )
+        except BackendConflict:
+            existing = await self._get_job(jid, namespace=ns, region=region)
+            if existing is not None and not existing.get("Stop"):
+                if (existing.get("Meta") or {}).get(META_UID) != pod.uid or not is_owned(
+                    existing.get("Meta"), self.node_name
+                ):
+                    raise BackendConflict(
+                        f"nomad job {jid!r} exists and belongs to another pod or owner"
+                    ) from None
+                view = self.book.merge_job(existing, region=region)
+                assert view is not None
+                return self._state(view)
+            # stopped (or purged meanwhile): registered again over it
+            reply = await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
         data = reply.data or {}
         job_stub = {
             **job,

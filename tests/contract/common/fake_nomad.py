@@ -285,7 +285,27 @@ class FakeNomad:
                 stubs = [self._stub(j, meta=q.get("meta") == "true") for j in self.jobs.values()]
                 return self._ok(self._filtered(stubs, q))
             case "POST", ["jobs"]:
-                return self._register(json.loads(request.content)["Job"])
+                req = json.loads(request.content)
+                if req.get("EnforceIndex"):  # Nomad's check (nomad/job_endpoint.go, Register)
+                    known = self._job(
+                        req["Job"]["ID"], {"namespace": req["Job"].get("Namespace") or "default"}
+                    )
+                    jmi = int(req.get("JobModifyIndex") or 0)
+                    if known is not None and jmi == 0:
+                        return httpx.Response(
+                            500, text="Enforcing job modify index 0: job already exists"
+                        )
+                    if known is not None and jmi != known["JobModifyIndex"]:
+                        return httpx.Response(
+                            500,
+                            text=f"Enforcing job modify index {jmi}: job exists with"
+                            f" conflicting job modify index: {known['JobModifyIndex']}",
+                        )
+                    if known is None and jmi != 0:
+                        return httpx.Response(
+                            500, text=f"Enforcing job modify index {jmi}: job does not exist"
+                        )
+                return self._register(req["Job"])
             case "POST", ["job", _, "plan"]:
                 return self._ok({"Annotations": {"DesiredTGUpdates": {}}, "Index": 0})
             case "GET", ["job", jid]:

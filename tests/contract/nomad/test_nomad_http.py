@@ -94,7 +94,6 @@ async def test_acl_403_on_submit_is_an_auth_error_and_not_retried(
 ) -> None:
     t = await make_translator(token="s3cret-token")
     with respx.mock(base_url=ADDRESS) as nomad:
-        nomad.get(f"/v1/job/{JOB_ID}").mock(return_value=httpx.Response(404, text="job not found"))
         submit = nomad.post("/v1/jobs").mock(
             return_value=httpx.Response(403, text="Permission denied")
         )
@@ -113,7 +112,6 @@ async def test_job_validation_500_is_rejected_not_retried(
         '\t* Restart policy "delay" with 0 attempts is ambiguous'
     )
     with respx.mock(base_url=ADDRESS) as nomad:
-        nomad.get(f"/v1/job/{JOB_ID}").mock(return_value=httpx.Response(404))
         nomad.post("/v1/jobs").mock(return_value=httpx.Response(500, text=body))
         with pytest.raises(BackendRejected, match="validation failed") as err:
             await t.create(pod())

@@ -19,6 +19,7 @@ from harness_nomad import NomadHarness, nomad
 from nomad_fixtures import ADDRESS
 
 from translators.api import TranslatorContext
+from translators.base import BackendConflict
 from translators.nomad import NomadTranslator
 from vkgate_core.clock import FakeClock
 
@@ -99,7 +100,7 @@ async def test_with_the_event_stream_a_create_and_a_delete_cost_at_most_3_reques
     await settle()
     delete = Counter(t.client.requests) - before
     assert h.workloads(pod.uid) == 0  # purged, without waiting on a timer
-    assert create == {("GET", "/job/:job_id"): 1, ("POST", "/jobs"): 1}
+    assert create == {("POST", "/jobs"): 1}  # registered only if new: no read first
     assert delete == {("DELETE", "/job/:job_id"): 2}  # stop, then purge
     assert sum(create.values()) <= 3 and sum(delete.values()) <= 3
     # the pod's final delete (the controller's purge step once it saw the end): nothing left
@@ -159,6 +160,36 @@ async def test_a_job_registered_elsewhere_still_has_its_variable_deleted(h: Noma
     assert (Counter(t.client.requests) - before)[("DELETE", "/var/nomad/jobs/:job_id")] == 1
 
 
+async def test_a_create_whose_job_exists_adopts_it_with_one_read(h: NomadHarness) -> None:
+    """A restarted agent creates a pod it had created before: the register is refused
+    (EnforceIndex), one read finds the pod's own job, and it is adopted, not registered
+    again; a job of that ID held by another pod is a conflict; a stopped one is registered
+    over."""
+    first = await translator(h, FakeClock())
+    pod = h.pod("web")
+    await first.create(pod)
+    version = h.fake.jobs_of(pod.uid)[0]["JobModifyIndex"]
+    again = await translator(h, FakeClock())  # the restarted agent
+    before = Counter(again.client.requests)
+    state = await again.create(pod)
+    assert Counter(again.client.requests) - before == {
+        ("POST", "/jobs"): 1,
+        ("GET", "/job/:job_id"): 1,
+    }
+    assert state.ref.uid == pod.uid
+    [job] = h.fake.jobs_of(pod.uid)
+    assert job["JobModifyIndex"] == version  # not registered again
+    # stopped (a delete that never purged): registered over, running again
+    job["Stop"] = True
+    await again.create(pod)
+    [job] = h.fake.jobs_of(pod.uid)
+    assert job["Stop"] is False and job["JobModifyIndex"] > version
+    # held by another pod (same ID): refused, the job left alone
+    job["Meta"] = {**job["Meta"], "k8s.uid": "another-pod"}
+    with pytest.raises(BackendConflict, match="belongs to another pod"):
+        await again.create(pod)
+
+
 async def test_requests_by_endpoint_are_an_own_metric(h: NomadHarness) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -179,7 +210,6 @@ async def test_requests_by_endpoint_are_an_own_metric(h: NomadHarness) -> None:
         if s.name.endswith("_total")
     }
     assert got[("POST", "/jobs")] == 2.0  # the warm-up pod and this one
-    assert got[("GET", "/job/:job_id")] == 2.0
     assert all(not any(c.isdigit() for c in e) for _, e in got)  # endpoints, never IDs
 
 

@@ -55,13 +55,13 @@ async def test_create_writes_the_variable_first_and_the_job_carries_none_of_its_
 ) -> None:
     t = await make_translator()
     with respx.mock(base_url=ADDRESS) as nomad:
-        nomad.get(f"/v1/job/{JOB_ID}").mock(return_value=httpx.Response(404))
         put = nomad.put(VAR).mock(return_value=httpx.Response(200, json={}))
         nomad.post("/v1/jobs").mock(return_value=httpx.Response(200, json={"EvalID": "e"}))
         await t.create(secret_pod())
         calls = sent(nomad)
-    assert [(m, p) for m, p, _ in calls[1:]] == [("PUT", VAR), ("POST", "/v1/jobs")]
-    variable, job = calls[1][2], calls[2][2]
+    assert [(m, p) for m, p, _ in calls] == [("PUT", VAR), ("POST", "/v1/jobs")]
+    variable, job = calls[0][2], calls[1][2]
+    assert job["EnforceIndex"] is True and job["JobModifyIndex"] == 0  # only if new
     assert put.calls.last.request.url.params["namespace"] == "default"
     assert variable["Path"] == f"nomad/jobs/{JOB_ID}" and variable["Namespace"] == "default"
     # byte for byte: the env item is the go-envparse quoting of the value, the file as is
@@ -87,10 +87,9 @@ async def test_a_pod_without_files_or_secret_env_writes_no_variable(
 ) -> None:
     t = await make_translator()
     with respx.mock(base_url=ADDRESS) as nomad:
-        nomad.get(f"/v1/job/{JOB_ID}").mock(return_value=httpx.Response(404))
         nomad.post("/v1/jobs").mock(return_value=httpx.Response(200, json={"EvalID": "e"}))
         await t.create(pod())
-        assert [m for m, _, _ in sent(nomad)] == ["GET", "POST"]
+        assert [m for m, _, _ in sent(nomad)] == ["POST"]
 
 
 async def test_a_changed_secret_rewrites_the_variable_and_leaves_the_job_alone(

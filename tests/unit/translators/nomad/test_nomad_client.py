@@ -43,6 +43,8 @@ from vkgate_core.settings import SettingsError
             "1 error occurred:\n\t* Failed to signal task: app, err: Task not running",
             BackendUnavailable,
         ),
+        # a register with EnforceIndex that met a job (nomad/job_endpoint.go): not a retry
+        (500, "Enforcing job modify index 0: job already exists", BackendConflict),
         (502, "", BackendUnavailable),
         (503, "", BackendUnavailable),
     ],
