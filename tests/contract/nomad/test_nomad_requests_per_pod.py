@@ -160,6 +160,42 @@ async def test_a_job_registered_elsewhere_still_has_its_variable_deleted(h: Noma
     assert (Counter(t.client.requests) - before)[("DELETE", "/var/nomad/jobs/:job_id")] == 1
 
 
+async def test_a_stop_waits_for_the_connected_stream_without_asking_nomad(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stopped allocation's end reaches the stream 25 s after the stop (a busy Nomad): no
+    blocking allocation query while the stream stays connected; once it drops, one query
+    finds the end and the job is purged."""
+    clock = FakeClock()
+    t = await translator(h, clock)
+    live = {"stream": True}
+    monkeypatch.setattr(t, "change_stream_live", lambda: live["stream"])
+    pod, late = h.pod("web"), h.pod("late")
+    for p in (pod, late):
+        await t.create(p)
+    h.fake.advance()
+    for p in (pod, late):
+        await t._apply_events(stream_events(h, p.uid), "")
+    before = Counter(t.client.requests)
+    for p in (pod, late):
+        await t.delete(p.ref, grace_seconds=60)
+    for _ in range(5):  # 25 s
+        await clock.advance(5)
+        await settle()
+    assert Counter(t.client.requests) - before == {("DELETE", "/job/:job_id"): 2}  # the stops
+    await t._apply_events(stream_events(h, pod.uid), "")  # the end, on the stream
+    await settle()
+    assert h.workloads(pod.uid) == 0 and h.workloads(late.uid) == 1
+    live["stream"] = False  # dropped before the other end arrived: Nomad is asked
+    await clock.advance(30)
+    await settle()
+    assert h.workloads(late.uid) == 0
+    assert Counter(t.client.requests) - before == {
+        ("DELETE", "/job/:job_id"): 4,  # two stops, two purges
+        ("GET", "/job/:job_id/allocations"): 1,
+    }
+
+
 async def test_a_create_whose_job_exists_adopts_it_with_one_read(h: NomadHarness) -> None:
     """A restarted agent creates a pod it had created before: the register is refused
     (EnforceIndex), one read finds the pod's own job, and it is adopted, not registered
