@@ -44,6 +44,22 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def describe_once_it_shows(kubectl: Any, ns: str, name: str, *patterns: str) -> str:
+    """``kubectl describe pod`` once every regex in ``patterns`` is in it: Events trail the
+    status write they belong to (the sender holds them back while pod work is due)."""
+    last = ""
+
+    def shows() -> str | None:
+        nonlocal last
+        last = kubectl("describe", "pod", "-n", ns, name).stdout
+        return last if all(re.search(p, last) for p in patterns) else None
+
+    try:
+        return str(wait_until(f"{name}'s Events {patterns}", shows, timeout=15))
+    except AssertionError:
+        raise AssertionError(f"{patterns} not in:\n{last}") from None
+
+
 @pytest.fixture
 def ns(kubectl: Any) -> str:
     name = f"pods-{uuid.uuid4().hex[:6]}"
@@ -149,10 +165,11 @@ def test_create_to_running_with_all_conditions(start_gateway, control_plane, kub
     assert status["startTime"] and status["qosClass"] == "BestEffort"
     assert list(workloads(gw)) == [uid]
 
-    describe = kubectl("describe", "pod", "-n", ns, "web").stdout
-    for reason in ("Accepted", "Created", "Started"):
-        assert re.search(rf"Normal\s+{reason}\s", describe), describe
-    assert "Started container app" in describe
+    describe_once_it_shows(
+        kubectl, ns, "web", *(rf"Normal\s+{r}\s" for r in ("Accepted", "Created", "Started"))
+    )
+    describe = describe_once_it_shows(kubectl, ns, "web", "Started container app")
+    assert describe
 
     time.sleep(6)  # a reconcile interval or more: nothing new to write
     writes = status_writes(gw)
@@ -196,7 +213,7 @@ def test_exit_codes(start_gateway, control_plane, kubectl, ns) -> None:
     assert (
         kubectl("get", "pod", "-n", ns, "bad", "-o", "jsonpath={.status.phase}").stdout == "Failed"
     )
-    assert "Container app exited with code 3" in kubectl("describe", "pod", "-n", ns, "bad").stdout
+    assert describe_once_it_shows(kubectl, ns, "bad", "Container app exited with code 3")
 
 
 def test_graceful_delete_ends_when_backend_is_done(
@@ -494,8 +511,9 @@ def test_missing_mandatory_key_keeps_pod_pending_with_event(
         in p["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
     )
     assert not workloads(gw)
-    describe = kubectl("describe", "pod", "-n", ns, "cfgerr").stdout
-    assert re.search(r"Warning\s+MandatoryConfigMapNotFound", describe), describe
+    describe = describe_once_it_shows(
+        kubectl, ns, "cfgerr", r"Warning\s+MandatoryConfigMapNotFound"
+    )
     assert "CreateContainerConfigError" in describe
     # the ConfigMap appears: the pod starts without anyone touching it
     apply(

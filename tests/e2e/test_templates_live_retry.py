@@ -138,10 +138,18 @@ def test_template_error_waits_for_the_template_fix(
     failed_at = time.monotonic()
     assert status["phase"] == "Pending"
     assert f"{template}:3" in status["message"] and "owner_email" in status["message"]
-    described = kubectl("describe", "pod", "-n", ns, "picky").stdout
-    assert re.search(rf"Warning\s+TranslationFailed\s+.*{re.escape(template)}:3", described), (
-        described
+    # the Event trails the status write (the sender holds it back while pod work is due)
+    event = rf"Warning\s+TranslationFailed\s+.*{re.escape(template)}:3"
+    described = wait_until(
+        "the TranslationFailed Event",
+        lambda: (
+            (d := kubectl("describe", "pod", "-n", ns, "picky").stdout)
+            and re.search(event, d)
+            and d
+        ),
+        timeout=15,
     )
+    assert described
 
     # no hot loop: the failing render is not repeated while the template stays as it is
     time.sleep(8)
