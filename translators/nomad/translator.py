@@ -236,6 +236,9 @@ class NomadTranslator:
         #: Pod uids whose job this process purged (the last ``PURGED_MEMORY``): a later delete
         #: of the same pod is done at once, with no job read.
         self._purged: dict[str, None] = {}
+        #: the same purges by job: a late allocation event of a purged job is not a job to
+        #: look up (``_view_for``; one 404 read per pod at a mass delete before)
+        self._purged_jobs: dict[Key, None] = {}
         #: Blocking queries waiting for stopped jobs at once: at most half the connections
         #: (docs/design/nomad.md, "Connections"), so a mass delete without the event stream
         #: queues its waits here instead of taking every connection from creates and lists.
@@ -557,6 +560,7 @@ class NomadTranslator:
         job = spec["Job"]
         jid, ns = str(job["ID"]), str(job.get("Namespace") or "default")
         region = str(job.get("Region") or self.config.region)
+        self._purged_jobs.pop((region, ns, jid), None)
         await self._write_variable(jid, items, namespace=ns, region=region)
         if not items and (region, ns, jid) not in self._variables:
             self._no_variable.add((region, ns, jid))
@@ -745,8 +749,11 @@ class NomadTranslator:
             await self._delete_variable(view.job_id, namespace=view.namespace, region=view.region)
             self.book.views.pop(key, None)
             self._purged[view.ref.uid] = None
+            self._purged_jobs[key] = None
             if len(self._purged) > PURGED_MEMORY:
                 del self._purged[next(iter(self._purged))]
+            if len(self._purged_jobs) > PURGED_MEMORY:
+                del self._purged_jobs[next(iter(self._purged_jobs))]
         finally:
             self._purging.discard(key)
         self._runs.forget(list(view.allocs))
@@ -775,7 +782,20 @@ class NomadTranslator:
                     if await self._stop_streamed(view, wait):
                         break  # the event stream showed every allocation ended: no request
                     if not killed and self.clock.monotonic() >= start + grace:
+                        # the grace is over and the stream has not shown the end: Nomad's word
+                        # on which allocations still run (a lagging stream's view would have
+                        # them signalled after they ended)
                         killed = True
+                        async with self._stop_waits:
+                            fresh = await self.client.get(
+                                f"/job/{view.job_id}/allocations",
+                                namespace=view.namespace,
+                                region=view.region,
+                            )
+                        for a in fresh or []:
+                            merge_alloc(view, a)
+                        if self._all_ended(view):
+                            break
                         await self._kill(view, list(view.allocs.values()))
                     continue
                 if self.change_stream_live() and await self._stop_streamed(view, wait):
@@ -905,6 +925,8 @@ class NomadTranslator:
         view = self.book.views.get(key)
         if view is not None:
             return view
+        if key in self._purged_jobs:
+            return None  # purged here: its allocations' last events still arrive
         job = await self._get_job(jid, namespace=ns, region=region)
         if job is None:
             return None

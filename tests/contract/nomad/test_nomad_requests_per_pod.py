@@ -63,10 +63,10 @@ def stream_events(h: NomadHarness, uid: str) -> list[dict[str, Any]]:
 
 
 async def streamed_running_pod(
-    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch, clock: FakeClock | None = None
 ) -> tuple[NomadTranslator, Any]:
     """A translator whose event stream counts as live, and a pod placed and Running on it."""
-    t = await translator(h, FakeClock())
+    t = await translator(h, clock or FakeClock())
     monkeypatch.setattr(t, "change_stream_live", lambda: True)
     pod = h.pod("web")
     await t.create(pod)
@@ -194,6 +194,44 @@ async def test_a_stop_waits_for_the_connected_stream_without_asking_nomad(
         ("DELETE", "/job/:job_id"): 4,  # two stops, two purges
         ("GET", "/job/:job_id/allocations"): 1,
     }
+
+
+async def test_at_the_end_of_a_short_grace_nomad_is_asked_before_a_sigkill(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream has not shown the stopped allocation's end when the delete's grace is over:
+    one read of the allocations (not the view: the stream lags at a mass delete) finds it
+    ended, so no SIGKILL is sent, and the job is purged."""
+    clock = FakeClock()
+    t, pod = await streamed_running_pod(h, monkeypatch, clock)
+    before = Counter(t.client.requests)
+    await t.delete(pod.ref, grace_seconds=5)
+    await settle()
+    for _ in range(3):
+        await clock.advance(2)
+        await settle()
+    assert h.workloads(pod.uid) == 0
+    assert Counter(t.client.requests) - before == {
+        ("DELETE", "/job/:job_id"): 2,  # stop, purge
+        ("GET", "/job/:job_id/allocations"): 1,
+    }
+
+
+async def test_a_late_allocation_event_of_a_purged_job_reads_nothing(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The allocation of a job purged here still has events on the way (its client's last
+    update, the garbage collection): not a job to look up (was a 404 read per pod)."""
+    t, pod = await streamed_running_pod(h, monkeypatch)
+    await t.delete(pod.ref, grace_seconds=30)
+    await settle()
+    late = stream_events(h, pod.uid)  # the stopped allocation's events
+    await t._apply_events(late, "")
+    await settle()
+    assert h.workloads(pod.uid) == 0  # purged
+    before = Counter(t.client.requests)
+    touched, gone = await t._apply_events([e for e in late if e["Topic"] == "Allocation"], "")
+    assert Counter(t.client.requests) == before and not touched and not gone
 
 
 async def test_a_create_whose_job_exists_adopts_it_with_one_read(h: NomadHarness) -> None:
