@@ -21,10 +21,7 @@ Each round runs, in alternating order:
 * **floor**: a small asyncio client (``Floor``) registers the same N jobs (vkgate's own job
   JSON for the same pod, from ``vkgate render``, with its ID, name and ``k8s.name`` changed)
   straight at Nomad, follows their allocations on Nomad's event stream until every one runs,
-  then deregisters them with ``purge=true`` and waits until every allocation is terminal — or,
-  with ``--floor-delete stop-purge``, stops each job, and purges each once the stream shows its
-  allocation ended (the two steps a kubelet-ordered delete takes: the pod goes when its
-  containers are gone).
+  then deregisters them with ``purge=true`` and waits until every allocation is terminal.
 
 Per run: create → all Running (wall) and per pod (harness clock: the create request sent → the
 watch or the event stream sees Running; for vkgate also the API's own creationTimestamp →
@@ -155,8 +152,6 @@ class FloorBook:
     resyncs: int = 0
     running_done: asyncio.Event = field(default_factory=asyncio.Event)
     terminal_done: asyncio.Event = field(default_factory=asyncio.Event)
-    #: called once per job whose allocation ended after its delete was sent (stop-purge)
-    on_terminal: Callable[[str], None] | None = None
 
     def observe(self, alloc: dict[str, Any], now: float) -> None:
         """One allocation as Nomad's event stream shows it (jobs of other runs are ignored)."""
@@ -167,8 +162,6 @@ class FloorBook:
         if status == "running":
             self.running.setdefault(job, now)
         if status in ("complete", "failed", "lost") and job in self.delete_sent:
-            if job not in self.terminal and self.on_terminal is not None:
-                self.on_terminal(job)
             self.terminal.setdefault(job, now)
         if self.all_running():
             self.running_done.set()
@@ -635,29 +628,13 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
             res.requests_create = counts_diff(c1, c0)
             m1 = procstat.cpu_seconds(s.nomad.pid)
 
-            stop_purge = args.floor_delete == "stop-purge"
-            # stop-purge: half the connections stop, half purge what has ended
-            lanes = asyncio.Semaphore(max(1, args.concurrency // 2))
-            purges: list[asyncio.Task[float]] = []
-
-            async def purge(job: str) -> float:
-                async with lanes:
-                    r = await nomad.delete(f"/v1/job/{job}", params={"purge": "true"})
-                    r.raise_for_status()
-                return time.monotonic()
-
-            if stop_purge:
-                book.on_terminal = lambda job: purges.append(asyncio.create_task(purge(job)))
-
             async def deregister(i: int) -> None:
                 book.delete_sent[ids[i]] = time.monotonic()
-                params = {} if stop_purge else {"purge": "true"}
-                r = await nomad.delete(f"/v1/job/{ids[i]}", params=params)
+                r = await nomad.delete(f"/v1/job/{ids[i]}", params={"purge": "true"})
                 r.raise_for_status()
 
             t1 = time.monotonic()
-            in_flight = max(1, args.concurrency // 2) if stop_purge else args.concurrency
-            errors = await bounded(n, in_flight, deregister)
+            errors = await bounded(n, args.concurrency, deregister)
             if errors:
                 raise RuntimeError(f"{len(errors)} deregisters failed, first: {errors[0]}")
             t_dereg = time.monotonic()
@@ -666,13 +643,6 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
                 res.error = _join(res.error, f"not all terminal after {args.timeout:.0f}s")
             res.gone_wall = max(book.terminal.values(), default=t1) - t1
             res.purged_wall = max(res.gone_wall, t_dereg - t1)
-            if stop_purge:
-                done = await asyncio.gather(*purges, return_exceptions=True)
-                failed = [d for d in done if isinstance(d, BaseException)]
-                if failed:
-                    raise RuntimeError(f"{len(failed)} purges failed, first: {failed[0]!r}")
-                ends = [d for d in done if isinstance(d, float)]
-                res.purged_wall = max([res.purged_wall, *(e - t1 for e in ends)])
             res.not_gone = n - len(book.terminal)
             res.to_gone = book.to_terminal()
             res.nomad_cpu_delete = _delta(procstat.cpu_seconds(s.nomad.pid), m1)
@@ -868,13 +838,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="vkgate setting, e.g. pods.streamed_reconcile_interval=5 (JSON value)",
     )
-    p.add_argument(
-        "--floor-delete",
-        choices=("purge", "stop-purge"),
-        default="purge",
-        help="the floor's delete: one purging deregister per job, or a stop and, once the"
-        " allocation ended, a purge",
-    )
     p.add_argument("--timeout", type=float, default=600.0, help="bound of each wait (s)")
     p.add_argument("--profile", type=Path, default=None, help="py-spy vkgate over round 1's burst")
     p.add_argument("--json", type=Path, default=None, help="every run as JSON (bench.plots)")
@@ -896,7 +859,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ([f"--rate {args.rate:g} --rate-pods {args.rate_pods}"] if args.rate else [])
         + (["--no-burst"] if args.no_burst else [])
         + ([f"--idle {args.idle:g}"] if args.idle else [])
-        + (["--floor-delete stop-purge"] if args.floor_delete == "stop-purge" else [])
     )
     return args
 

@@ -145,26 +145,6 @@ def test_floor_bookkeeping_waits_for_every_job_not_only_those_sent_so_far() -> N
     assert book.to_terminal() == [2.0, 2.0, 2.0]
 
 
-def test_floor_stop_purge_purges_each_job_once_when_its_allocation_ended() -> None:
-    ended: list[str] = []
-    book = FloorBook("floor-a-", expected=2, on_terminal=ended.append)
-    book.sent.update({"floor-a-p0000": 1.0, "floor-a-p0001": 1.0})
-    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "complete"}, 2.0)
-    assert ended == []  # not stopped yet
-    book.delete_sent.update({"floor-a-p0000": 3.0, "floor-a-p0001": 3.0})
-    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "running"}, 3.5)
-    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "complete"}, 4.0)
-    book.observe({"JobID": "floor-a-p0000", "ClientStatus": "complete"}, 4.5)  # again
-    book.observe({"JobID": "floor-a-p0001", "ClientStatus": "lost"}, 5.0)
-    assert ended == ["floor-a-p0000", "floor-a-p0001"]
-
-
-def test_floor_delete_mode_is_in_the_command_line() -> None:
-    args = nomad_burst.parse_args(["--floor-delete", "stop-purge"])
-    assert "--floor-delete stop-purge" in args.command
-    assert "--floor-delete" not in nomad_burst.parse_args([]).command
-
-
 def test_per_pod_counts_percentiles_and_the_api_clock() -> None:
     c = Counter({"POST /v1/jobs": 1000, "GET /v1/job/:id": 1000, "GET /v1/jobs": 10})
     pp = nomad_burst.per_pod(c, 1000)
