@@ -656,11 +656,7 @@ class NomadTranslator:
                     continue
                 found = self.book.merge_job(job, region=region)
                 if found is not None:
-                    allocs = await self.client.get(
-                        f"/job/{jid}/allocations", namespace=ns, region=region
-                    )
-                    for a in allocs or []:
-                        merge_alloc(found, a)
+                    await self._read_allocs(found)
                     return found
         return None
 
@@ -682,22 +678,14 @@ class NomadTranslator:
                 await running
         if view.allocs and self.change_stream_live():
             # the event stream keeps a placed job's allocations current: no read needed
-            allocs: list[JSON] = list(view.allocs.values())
+            allocs: Sequence[JSON] = list(view.allocs.values())
         else:
             try:
-                allocs = await self.client.get(
-                    f"/job/{view.job_id}/allocations",
-                    namespace=view.namespace,
-                    region=view.region,
-                )
+                allocs = await self._read_allocs(view)
             except BackendNotFound:
                 self.book.views.pop(key, None)
                 return
-            for a in allocs or []:
-                merge_alloc(view, a)
-        if all(a.get("ClientStatus") in TERMINAL for a in allocs or []) and (
-            view.stop or not allocs
-        ):
+        if all(a.get("ClientStatus") in TERMINAL for a in allocs) and (view.stop or not allocs):
             await self._purge(view)
             return
         if not view.stop:
@@ -718,6 +706,18 @@ class NomadTranslator:
             self._purges[key] = asyncio.create_task(
                 self._purge_when_stopped(view, grace=max(0, grace_seconds))
             )
+
+    async def _read_allocs(self, view: JobView) -> Sequence[JSON]:
+        """The job's allocations as Nomad lists them now, merged into its view."""
+        allocs: Sequence[JSON] = (
+            await self.client.get(
+                f"/job/{view.job_id}/allocations", namespace=view.namespace, region=view.region
+            )
+            or ()
+        )
+        for a in allocs:
+            merge_alloc(view, a)
+        return allocs
 
     async def _kill(self, view: JobView, allocs: Sequence[JSON]) -> None:
         for a in allocs:
@@ -787,13 +787,7 @@ class NomadTranslator:
                         # them signalled after they ended)
                         killed = True
                         async with self._stop_waits:
-                            fresh = await self.client.get(
-                                f"/job/{view.job_id}/allocations",
-                                namespace=view.namespace,
-                                region=view.region,
-                            )
-                        for a in fresh or []:
-                            merge_alloc(view, a)
+                            await self._read_allocs(view)
                         if self._all_ended(view):
                             break
                         await self._kill(view, list(view.allocs.values()))
@@ -940,11 +934,7 @@ class NomadTranslator:
             raise BackendNotFound(f"pod {ref.key} has no Nomad job")
         if container not in (*view.containers, *view.init_containers) and view.containers:
             raise BackendNotFound(f'container "{container}" not found in pod {ref.key}')
-        allocs = await self.client.get(
-            f"/job/{view.job_id}/allocations", namespace=view.namespace, region=view.region
-        )
-        for a in allocs or []:
-            merge_alloc(view, a)
+        await self._read_allocs(view)
         alloc = view.newest()
         if alloc is None:
             raise BackendRejected(
