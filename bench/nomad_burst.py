@@ -512,6 +512,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
                 )
 
             t0 = time.monotonic()
+            pprof = nomad_pprof(s, "vkgate", n, rate)
             errors = await paced(n, args.concurrency, rate, create)
             if errors:
                 raise RuntimeError(f"{len(errors)} creates failed, first: {errors[0]}")
@@ -530,6 +531,8 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
             res.nomad_cpu_create = _delta(procstat.cpu_seconds(s.nomad.pid), m0)
             c1 = s.proxy.counts()["requests"]
             res.requests_create = counts_diff(c1, c0)
+            if pprof is not None:
+                await pprof
             if idle > 0 and not res.error:
                 # let the create phase's trailing work (Events, status) settle first
                 await asyncio.sleep(min(10.0, idle))
@@ -614,6 +617,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
                 r.raise_for_status()
 
             t0 = time.monotonic()
+            pprof = nomad_pprof(s, "floor", n, rate)
             errors = await paced(n, args.concurrency, rate, register)
             if errors:
                 raise RuntimeError(f"{len(errors)} registers failed, first: {errors[0]}")
@@ -626,6 +630,8 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
             res.nomad_cpu_create = _delta(procstat.cpu_seconds(s.nomad.pid), m0)
             c1 = s.proxy.counts()["requests"]
             res.requests_create = counts_diff(c1, c0)
+            if pprof is not None:
+                await pprof
             m1 = procstat.cpu_seconds(s.nomad.pid)
 
             async def deregister(i: int) -> None:
@@ -659,6 +665,29 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
         await _cleanup(s, prefix)
     res.load = (load0, _load())
     return res
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def nomad_pprof(s: Session, kind: str, n: int, rate: float) -> asyncio.Task[None] | None:
+    """Nomad's own CPU profile (the dev agent serves ``/debug/pprof``) over the first seconds of
+    a burst, written to ``--nomad-pprof`` as ``nomad-<kind>-<n>.pprof`` (``go tool pprof``)."""
+    out_dir: Path | None = s.args.nomad_pprof
+    if out_dir is None or rate:
+        return None
+    seconds = int(s.args.nomad_pprof_seconds)
+
+    async def fetch() -> None:
+        r = await s.direct.get(
+            "/debug/pprof/profile", params={"seconds": seconds}, timeout=seconds + 30
+        )
+        r.raise_for_status()
+        await asyncio.to_thread(_write_bytes, out_dir / f"nomad-{kind}-{n}.pprof", r.content)
+
+    return asyncio.create_task(fetch())
 
 
 async def _until(event: asyncio.Event, bound: float) -> None:
@@ -840,6 +869,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--timeout", type=float, default=600.0, help="bound of each wait (s)")
     p.add_argument("--profile", type=Path, default=None, help="py-spy vkgate over round 1's burst")
+    p.add_argument(
+        "--nomad-pprof",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="Go CPU profile of Nomad over the first --nomad-pprof-seconds of each burst",
+    )
+    p.add_argument("--nomad-pprof-seconds", type=int, default=8, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path, default=None, help="every run as JSON (bench.plots)")
     p.add_argument("--label", default="", help="name for this configuration in the JSON")
     p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -136,6 +136,7 @@ class PodActor:
         clock: Clock,
         node: dc.Node,
         hooks: Hooks | None = None,
+        stops_streamed: Callable[[], bool] = lambda: False,
     ) -> None:
         self.translator = translator
         self.kube = kube
@@ -153,6 +154,9 @@ class PodActor:
         #: Lifecycle hooks (gateway.probes.hooks): runs a deletion's preStop hooks, and says
         #: where they are (``PodMemory.pre_stop``).
         self.hooks = hooks
+        #: True while the backend's change stream reports a stopped workload's end (the
+        #: controller's ``_stops_streamed``): a stop then asks for no list.
+        self.stops_streamed = stops_streamed
         #: What this actor did, per pod (it is the only writer).
         self.acts = ActMemory()
 
@@ -236,14 +240,16 @@ class PodActor:
             case ApplyUpdate():
                 return await self._apply_update(run, step)
             case Stop(grace=grace):
-                final = await self._backend_delete(run, grace)
+                final = await self._backend_delete(run, grace, confirm=not self.stops_streamed())
                 self.acts.delete_requested(run.uid, grace)
                 return await self._run(run, dc.stopped(run.live, final, now=run.now, grace=grace))
             case RunPreStop(grace=grace):
                 if self.hooks is not None:
                     self.hooks.start_pre_stop(run.live, run.observed, grace)
             case BackendDelete(grace=grace):
-                await self._backend_delete(run, grace)
+                # every plan with this step ends the pod or its workload without waiting for a
+                # list (final delete, cleanup, terminal status): none is asked
+                await self._backend_delete(run, grace, confirm=False)
             case WorkloadGone():
                 # the cleanup after the pod's DELETED event then sends no second backend delete
                 # (and asks for no list to confirm it)
@@ -328,8 +334,13 @@ class PodActor:
             run, dc.updated(run.live, run.observed, run.memory, step, in_place, node=self.node)
         )
 
-    async def _backend_delete(self, run: _Run, grace: int) -> WorkloadState | None:
-        """The backend's delete; its final state when the workload stopped within the call."""
+    async def _backend_delete(
+        self, run: _Run, grace: int, *, confirm: bool
+    ) -> WorkloadState | None:
+        """The backend's delete; its final state when the workload stopped within the call.
+        ``confirm``: without a final state, ask for a list soon to learn of the end (a stop
+        the change stream does not report).  A list per delete was a full job and allocation
+        list every ``MIN_LIST_SPACING`` through a mass delete (docs/benchmarks.md)."""
         final: WorkloadState | None = None
         try:
             final = await self.translator.delete(run.ref, grace_seconds=max(0, grace))
@@ -339,7 +350,7 @@ class PodActor:
         except BackendError as exc:
             await self._run(run, dc.delete_failed(run.pod, str(exc), node=self.node))
             raise
-        if final is None:
+        if final is None and confirm:
             self.view.refresh_soon()  # a list soon says when it is gone
         return final
 

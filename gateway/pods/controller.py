@@ -209,6 +209,7 @@ class PodController:
             pods=self.reflector,
             queue=self.queue,
             clock=self.clock,
+            stops_streamed=self._stops_streamed,
             node=Node(
                 name=self.node_name,
                 backend=translator.kind,

@@ -165,6 +165,43 @@ def test_pod_lifecycle_through_the_gateway(
     kubectl("delete", "pod", ok, bad, "--wait=true", timeout=90)
 
 
+def test_a_deleted_pod_stays_terminating_while_its_purged_jobs_task_handles_sigterm(
+    control_plane: Any, kubectl: Any, nomad_agent: Any, gateway: Any
+) -> None:
+    """A delete purges the job at once (one Nomad request), but the kubelet's order holds:
+    the task gets SIGTERM and takes 2 s to exit, and for those seconds the job is gone from
+    Nomad while the pod is still there, Terminating, its container not yet terminated; the
+    pod goes only once the task ended (docs/design/nomad.md, "Delete")."""
+    name = f"sigterm-{uuid.uuid4().hex[:6]}"
+    script = "trap 'sleep 2; exit 0' TERM; while true; do sleep 0.2; done"
+    kubectl("apply", "-f", "-", input=pod_manifest(name, gateway.node_name, script))
+    p = wait_until(
+        f"{name} Running",
+        lambda: (
+            (q := get_pod(control_plane, name)).get("status", {}).get("phase") == "Running" and q
+        ),
+    )
+    job = job_of(nomad_agent, p["metadata"]["uid"])
+    assert job is not None
+    t0 = time.monotonic()
+    kubectl("delete", "pod", name, "--wait=false")
+    wait_until(
+        f"job {job['ID']} purged", lambda: nomad(nomad_agent, f"/job/{job['ID']}") is None, 10
+    )
+    purged = time.monotonic() - t0
+    # Nomad still lists the stopping allocation under the purged job's ID
+    allocs = nomad(nomad_agent, f"/job/{job['ID']}/allocations") or []
+    assert [a["DesiredStatus"] for a in allocs] == ["stop"], allocs
+    p = get_pod(control_plane, name)
+    assert p and p["metadata"].get("deletionTimestamp"), p
+    state = p["status"]["containerStatuses"][0]["state"]
+    assert "terminated" not in state, (purged, state)  # the SIGTERM handler still runs
+    wait_until(f"{name} gone", lambda: not get_pod(control_plane, name), timeout=30)
+    took = time.monotonic() - t0
+    print(f"\njob purged after {purged:.1f}s, pod gone after {took:.1f}s")
+    assert took >= 2.0, took  # not before the task's SIGTERM handler ended
+
+
 def test_unschedulable_pod_shows_nomads_placement_reason(
     control_plane: Any, kubectl: Any, gateway: Any
 ) -> None:

@@ -245,7 +245,7 @@ async def test_more_cpu_than_the_cluster_has_is_pending_with_nomads_reason(
     assert listed[pod.uid].reason == "Unschedulable"
 
 
-async def test_delete_stops_and_purges_the_job(
+async def test_delete_purges_the_job_and_waits_for_its_allocation(
     translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
 ) -> None:
     pod = make_pod(translator.node_name, "exec sleep 300", policy="Always")
@@ -254,11 +254,13 @@ async def test_delete_stops_and_purges_the_job(
     await translator.delete(pod.ref, grace_seconds=2)
     _, st = await watch.until(pod.uid, lambda s: s.containers[0].state == "terminated")
     assert st.containers[0].signal == 15 or st.containers[0].exit_code in (137, 143)
+    # one purging deregister: the job is gone at once, its allocation stopped as for a stop
+    assert nomad_get(nomad_agent, f"/job/{created.backend_id}") is None
     deadline = time.monotonic() + 30
-    while nomad_get(nomad_agent, f"/job/{created.backend_id}") is not None:
-        assert time.monotonic() < deadline, "job not purged"
+    while pod.uid in {s.ref.uid for s in await translator.list()}:
+        # listed until the translator saw the allocation end (the event just reported)
+        assert time.monotonic() < deadline, "a purged job whose allocation ended still listed"
         await asyncio.sleep(0.2)
-    assert pod.uid not in {s.ref.uid for s in await translator.list()}
     await translator.delete(pod.ref, grace_seconds=2)  # again: not found = done
 
 

@@ -113,6 +113,9 @@ class JobView:
     sidecars: tuple[str, ...] = ()
     status: str = "pending"
     stop: bool = False
+    #: Purged by this agent (``NomadTranslator.delete``): the job is gone from Nomad, its
+    #: allocations are still stopping; the view stays until they have ended.
+    purged: bool = False
     modify_index: int = 0
     allocs: dict[str, JSON] = field(default_factory=dict)
     #: Nomad's placement failure text, when the scheduler could not place the allocation.
@@ -153,7 +156,7 @@ class JobView:
 
     def update_job(self, job: Mapping[str, Any]) -> None:
         self.status = str(job.get("Status") or self.status)
-        self.stop = bool(job.get("Stop"))
+        self.stop = self.purged or bool(job.get("Stop"))
         self.modify_index = int(job.get("ModifyIndex") or self.modify_index)
 
     def newest(self) -> JSON | None:

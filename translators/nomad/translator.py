@@ -16,12 +16,13 @@ event stream already reported):
 
 ``usage()`` (MetricsSource) reads allocation stats for the same views (``metrics.py``).
 
-Delete stops the job (``DELETE /v1/job/:id``): Nomad sends SIGTERM and kills after the task's
-``KillTimeout`` (from ``terminationGracePeriodSeconds``).  Nomad has no per-request grace, so
-when the delete's grace is shorter a background task sends SIGKILL to the allocations once it
-has passed (``/v1/client/allocation/:id/signal``).  The same task purges the job once every
-allocation has ended; any later ``delete`` of the same pod purges too.  A stopped job is
-still listed until purged, so the gateway sees the containers terminate.
+Delete purges the job (``DELETE /v1/job/:id?purge=true``): Nomad stops its allocations as a
+stop would — SIGTERM, SIGKILL after the task's ``KillTimeout`` (from
+``terminationGracePeriodSeconds``) — and the job is gone in one request.  Its view stays until
+every allocation has ended (their events, or a list of them under the job's ID), so the gateway
+sees the containers terminate before the pod's final delete.  Nomad has no per-request grace,
+so when the delete's grace is shorter a background task sends SIGKILL to the allocations once
+it has passed (``/v1/client/allocation/:id/signal``).
 """
 
 from __future__ import annotations
@@ -230,9 +231,8 @@ class NomadTranslator:
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
-        #: Jobs whose stop / purge this process has sent and not yet seen answered.
+        #: Jobs whose purge this process has sent and not yet seen answered.
         self._stopping: set[Key] = set()
-        self._purging: set[Key] = set()
         #: Pod uids whose job this process purged (the last ``PURGED_MEMORY``): a later delete
         #: of the same pod is done at once, with no job read.
         self._purged: dict[str, None] = {}
@@ -661,50 +661,51 @@ class NomadTranslator:
         return None
 
     async def delete(self, ref: PodRef, *, grace_seconds: int) -> None:
+        """Purge the pod's job at once (``DELETE /v1/job/:id?purge=true``): Nomad stops its
+        allocations as a plain stop would (SIGTERM, SIGKILL after the task's ``KillTimeout``)
+        and the job is gone in one request and one evaluation.  The view is kept until every
+        allocation has ended, so the pod's containers terminate before its final delete, as the
+        kubelet's do (docs/design/nomad.md, "Delete").  A later delete of the same pod only
+        looks: it never waits for the end, the change stream reports it."""
         if ref.uid in self._purged:
-            return  # purged already (the stop's own purge ran before the pod's final delete)
+            return  # finished already
         view = await self._locate(ref)
         if view is None:
             return
         key = view_key(view)
-        running = self._purges.get(key)
-        if running is not None and not running.done():
-            # the stop's background purge: one purge per job, not two racing ones
-            if key in self._purging or not self._all_ended(view):
-                await asyncio.shield(running)
-                return
-            running.cancel()  # it waits for an end the view already shows: purge here
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
-        if view.allocs and self.change_stream_live():
-            # the event stream keeps a placed job's allocations current: no read needed
-            allocs: Sequence[JSON] = list(view.allocs.values())
-        else:
-            try:
-                allocs = await self._read_allocs(view)
-            except BackendNotFound:
-                self.book.views.pop(key, None)
-                return
-        if all(a.get("ClientStatus") in TERMINAL for a in allocs) and (view.stop or not allocs):
-            await self._purge(view)
-            return
-        if not view.stop:
+        if not view.purged:
             # marked before the request: its job-deregister evaluation may reach the stream
             # consumer before the answer reaches us, and is not news (``_gone``)
             self._stopping.add(key)
             try:
                 await self.client.call(
-                    "DELETE", f"/job/{view.job_id}", namespace=view.namespace, region=view.region
+                    "DELETE",
+                    f"/job/{view.job_id}",
+                    params={"purge": True},
+                    namespace=view.namespace,
+                    region=view.region,
                 )
             except BackendNotFound:
-                self.book.views.pop(key, None)
-                return
+                pass  # purged already (by anyone): its allocations, if any, still end
             finally:
                 self._stopping.discard(key)
-            view.stop = True
+            view.stop = view.purged = True
+            if not (view.allocs and self.change_stream_live()):
+                # no stream to report them, or none seen yet: Nomad's word (a purged job's
+                # allocations are still listed under its ID until they are collected)
+                try:
+                    await self._read_allocs(view)
+                except BackendError as exc:
+                    log.info("nomad: allocations of purged job %s: %s", view.job_id, exc)
+        if not view.allocs or self._all_ended(view):
+            waiter = self._stop_waiters.get(key)
+            if waiter is not None:
+                waiter.set()  # the background wait ends without a request
+            await self._finish(view)
+            return
         if key not in self._purges or self._purges[key].done():
             self._purges[key] = asyncio.create_task(
-                self._purge_when_stopped(view, grace=max(0, grace_seconds))
+                self._finish_when_ended(view, grace=max(0, grace_seconds))
             )
 
     async def _read_allocs(self, view: JobView) -> Sequence[JSON]:
@@ -734,32 +735,24 @@ class NomadTranslator:
             except BackendError as exc:  # e.g. "Task not running": it ended meanwhile
                 log.info("nomad: SIGKILL to allocation %s: %s", a.get("ID"), exc)
 
-    async def _purge(self, view: JobView) -> None:
+    async def _finish(self, view: JobView) -> None:
+        """The purged job's allocations have ended: remove its Variable, forget its view."""
         key = view_key(view)
-        self._purging.add(key)
-        try:
-            with contextlib.suppress(BackendNotFound):
-                await self.client.call(
-                    "DELETE",
-                    f"/job/{view.job_id}",
-                    params={"purge": True},
-                    namespace=view.namespace,
-                    region=view.region,
-                )
-            await self._delete_variable(view.job_id, namespace=view.namespace, region=view.region)
-            self.book.views.pop(key, None)
-            self._purged[view.ref.uid] = None
-            self._purged_jobs[key] = None
-            if len(self._purged) > PURGED_MEMORY:
-                del self._purged[next(iter(self._purged))]
-            if len(self._purged_jobs) > PURGED_MEMORY:
-                del self._purged_jobs[next(iter(self._purged_jobs))]
-        finally:
-            self._purging.discard(key)
+        if self.book.views.get(key) is not view:
+            return  # finished already (the stream's end and the pod's final delete both ask)
+        self.book.views.pop(key, None)
+        self._purged[view.ref.uid] = None
+        self._purged_jobs[key] = None
+        if len(self._purged) > PURGED_MEMORY:
+            del self._purged[next(iter(self._purged))]
+        if len(self._purged_jobs) > PURGED_MEMORY:
+            del self._purged_jobs[next(iter(self._purged_jobs))]
         self._runs.forget(list(view.allocs))
+        await self._delete_variable(view.job_id, namespace=view.namespace, region=view.region)
 
-    async def _purge_when_stopped(self, view: JobView, *, grace: float) -> None:
-        """Wait (blocking queries) until every allocation ended, then purge the job.
+    async def _finish_when_ended(self, view: JobView, *, grace: float) -> None:
+        """Wait (the event stream, else blocking queries) until every allocation of the purged
+        job ended, then ``_finish`` it.
 
         Nomad kills with the task's ``KillTimeout``; when the delete's grace is shorter, the
         still-running allocations get SIGKILL once it has passed.
@@ -771,6 +764,8 @@ class NomadTranslator:
         key = view_key(view)
         try:
             while self.clock.monotonic() < deadline:
+                if self.book.views.get(key) is not view:
+                    return  # finished by the pod's own delete
                 remaining = start + grace - self.clock.monotonic()
                 # a placed job's allocations are followed by the connected stream: no query
                 # while it stays connected (docs/design/nomad.md, "Requests per pod")
@@ -803,17 +798,19 @@ class NomadTranslator:
                         region=view.region,
                     )
                 allocs = reply.data or []
+                for a in allocs:
+                    merge_alloc(view, a)
                 if all(a.get("ClientStatus") in TERMINAL for a in allocs):
                     break
                 index = reply.index if reply.index > index else 0
                 if not killed and self.clock.monotonic() >= start + grace:
                     killed = True
                     await self._kill(view, allocs)
-            await self._purge(view)
-        except BackendNotFound:
-            self.book.views.pop(view_key(view), None)
+            await self._finish(view)
         except BackendError as exc:
-            log.warning("nomad: purge of job %s failed: %s", view.job_id, exc)
+            # the view stays (purged, listed with its allocations): the pod's next delete
+            # — the controller's recheck at its deadline — waits again
+            log.warning("nomad: waiting for the end of purged job %s failed: %s", view.job_id, exc)
         finally:
             self._stop_waiters.pop(key, None)
 
@@ -889,7 +886,7 @@ class NomadTranslator:
         gone: dict[Key, JobView] = {}
         for view in deregistered:
             key = view_key(view)
-            if view.stop or key in self._stopping or key in self._purging:
+            if view.stop or key in self._stopping:
                 # this agent's own stop or purge; a job stopped (by anyone) is being purged
                 # by this agent, whose delete of the pod stopped it or will
                 continue

@@ -60,6 +60,10 @@ class JobBook:
         view = self.views.get(key)
         if view is None:
             view = JobView.from_job(job, region=region)
+            # the scope's region, as the key has it ("" = the agent's own): a view found under
+            # its key is removed under the same key (``view_key``), not under the job's
+            # "global" while the book holds it under ""
+            view.region = region
             self.views[key] = view
         elif int(job.get("ModifyIndex") or 0) >= view.modify_index:
             view.update_job(job)
@@ -68,7 +72,8 @@ class JobBook:
     def apply_listing(
         self, region: str, ns_param: str, jobs: Sequence[JSON], allocs: Sequence[JSON], index: int
     ) -> list[JobView]:
-        """Merge one scope's job list and allocation list; forget the scope's purged jobs."""
+        """Merge one scope's job list and allocation list; forget the scope's jobs purged by
+        others (this agent's purged jobs stay while their allocations stop)."""
         seen: dict[Key, JobView] = {}
         for job in jobs:
             view = self.merge_job(job, region=region)
@@ -79,14 +84,20 @@ class JobBook:
             by_job.setdefault(
                 (str(a.get("Namespace") or "default"), str(a.get("JobID"))), []
             ).append(a)
+        for key, view in list(self.views.items()):
+            in_scope = key[0] == region and (ns_param == "*" or key[1] == ns_param)
+            if not in_scope or key in seen:
+                continue
+            if view.purged:
+                # purged by this agent, its allocations still stopping: they are listed under
+                # its ID until they end (the translator forgets the view then)
+                seen[key] = view
+            elif view.modify_index <= index:
+                # purged by someone else; not one registered after the listing
+                del self.views[key]
         for key, view in seen.items():
             for a in by_job.get((key[1], key[2]), []):
                 merge_alloc(view, a)
-        # forget purged jobs of this scope, but not ones registered after the listing
-        for key, view in list(self.views.items()):
-            in_scope = key[0] == region and (ns_param == "*" or key[1] == ns_param)
-            if in_scope and key not in seen and view.modify_index <= index:
-                del self.views[key]
         return list(seen.values())
 
     async def apply_events(
@@ -106,6 +117,8 @@ class JobBook:
                 key = (region, str(job.get("Namespace") or "default"), str(job.get("ID")))
                 if payload.get("Deleted"):
                     gone = self.views.get(key)
+                    if gone is not None and gone.purged:
+                        continue  # this agent's purge: kept until its allocations end
                     # a deletion older than the view is of an earlier job of the same ID
                     if gone is not None and int(job.get("ModifyIndex") or 0) >= gone.modify_index:
                         del self.views[key]

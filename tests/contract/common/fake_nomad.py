@@ -12,8 +12,9 @@ What it keeps: registered jobs (by namespace and ID) and their allocations.  A r
 gets a pending allocation at once (the scheduler is quick on an idle cluster); ``advance()``
 moves it to running and then, as the pod's outcome says, to complete (exit 0), failed (exit 3)
 or leaves it running.  A stop (``DELETE /v1/job/:id``) marks the job stopped and its live
-allocations complete with the SIGTERM exit (the ``stopped`` capture); a purge removes the job
-and its allocations.  ``filter`` expressions are evaluated (``==``, ``!=``, ``matches``,
+allocations complete with the SIGTERM exit (the ``stopped`` capture); a purge does the same and
+removes the job, its allocations stay listed (by ``GET /v1/job/:id/allocations`` too) until
+``collect()``, Nomad's garbage collection.  ``filter`` expressions are evaluated (``==``, ``!=``, ``matches``,
 ``and``, ``or``, parentheses: what vkgate sends); blocking queries answer at once.  A request
 the fake does not know is answered 404 and recorded in ``unknown`` (the harness fails on any).
 """
@@ -145,6 +146,11 @@ class FakeNomad:
         #: (namespace, path) → items of the Nomad Variables written (a job's files and Secret env)
         self.variables: dict[tuple[str, str], dict[str, str]] = {}
         self.down = False
+        #: (namespace, job ID) → purged jobs, for their allocations (``allocs_of``, ``advance``)
+        self.purged: dict[tuple[str, str], JSON] = {}
+        #: True: a stopped task handles SIGTERM at once (its allocation is complete within the
+        #: stop); False: it keeps running, DesiredStatus "stop", until the next ``advance()``
+        self.sigterm_ends = True
         self._captures = {
             name: _captured(name) for name in ("running", "stopped", *FINISHED.values())
         }
@@ -158,11 +164,32 @@ class FakeNomad:
     def jobs_of(self, uid: str) -> list[JSON]:
         return [j for j in self.jobs.values() if (j.get("Meta") or {}).get("k8s.uid") == uid]
 
+    def allocs_of(self, uid: str) -> list[JSON]:
+        """The pod's allocations, also those of its purged job."""
+        jobs = {**self.purged, **self.jobs}
+        return [
+            a
+            for a in self.allocs.values()
+            if (jobs.get((a["Namespace"], a["JobID"])) or {}).get("Meta", {}).get("k8s.uid") == uid
+        ]
+
+    def collect(self) -> None:
+        """Nomad's garbage collection: the ended allocations of purged jobs go."""
+        for aid, a in list(self.allocs.items()):
+            if (a["Namespace"], a["JobID"]) not in self.jobs and a["ClientStatus"] in TERMINAL:
+                del self.allocs[aid]
+
     def advance(self) -> None:
         """One scheduler/client step for every live allocation: pending → running → outcome."""
         for a in list(self.allocs.values()):
-            job = self.jobs.get((a["Namespace"], a["JobID"]))
-            if job is None or job["Stop"] or a["ClientStatus"] in TERMINAL:
+            key = (a["Namespace"], a["JobID"])
+            job = self.jobs.get(key) or self.purged.get(key)
+            if job is None or a["ClientStatus"] in TERMINAL:
+                continue
+            if a.get("DesiredStatus") == "stop":
+                self._replace(a, job, "stopped")  # SIGTERM handled at last
+                continue
+            if job["Stop"]:
                 continue
             uid = (job.get("Meta") or {}).get("k8s.uid", "")
             if a["ClientStatus"] == "pending":
@@ -312,8 +339,13 @@ class FakeNomad:
                 job = self._job(jid, q)
                 return self._ok(job) if job else httpx.Response(404, text="job not found")
             case "GET", ["job", jid, "allocations"]:
-                job = self._job(jid, q)
-                allocs = [a for a in self.allocs.values() if job and a["JobID"] == job["ID"]]
+                # also a purged job's: Nomad lists allocations by job ID, job or not
+                ns = q.get("namespace") or "default"
+                allocs = [
+                    a
+                    for a in self.allocs.values()
+                    if a["JobID"] == jid and (ns == "*" or a["Namespace"] == ns)
+                ]
                 return self._ok(allocs)
             case "GET", ["job", jid, "evaluations"]:
                 return self._ok([])
@@ -379,17 +411,17 @@ class FakeNomad:
         if job is None:
             return httpx.Response(404, text="job not found")
         allocs = [a for a in self.allocs.values() if a["JobID"] == jid]
+        job.update(Stop=True, ModifyIndex=self._bump())
+        for a in allocs:
+            if a["ClientStatus"] in TERMINAL or not self.sigterm_ends:
+                a.update(DesiredStatus="stop", ModifyIndex=self._bump())
+            else:  # the task handles SIGTERM at once (the ``stopped`` capture: exit 143)
+                self._replace(a, job, "stopped")
         if q.get("purge") == "true":
-            del self.jobs[(job["Namespace"], jid)]
-            for a in allocs:
-                del self.allocs[a["ID"]]
+            # the job is gone; its allocations stop as for a stop and stay listed under its
+            # ID until Nomad's garbage collection (``collect()`` here), as on a real agent
+            self.purged[(job["Namespace"], jid)] = self.jobs.pop((job["Namespace"], jid))
         else:
-            job.update(Stop=True, ModifyIndex=self._bump())
-            for a in allocs:
-                if a["ClientStatus"] in TERMINAL:
-                    a.update(DesiredStatus="stop", ModifyIndex=self._bump())
-                else:  # the task handles SIGTERM at once (the ``stopped`` capture: exit 143)
-                    self._replace(a, job, "stopped")
             self._job_status(job)
         return self._ok({"EvalID": str(uuid.uuid4()), "JobModifyIndex": self._bump()})
 

@@ -146,34 +146,41 @@ async def test_delete_racing_a_purge_404_is_done(make_translator: MakeTranslator
     assert stop.called
 
 
-async def test_delete_stops_then_purges_once_allocations_ended(
+async def test_delete_purges_at_once_and_forgets_the_job_once_allocations_ended(
     make_translator: MakeTranslator,
 ) -> None:
+    """One purging deregister; Nomad still stops the allocation (SIGTERM, KillTimeout) and
+    lists it under the job's ID: the job's view stays until it has ended, then the Variable
+    goes."""
     doc = captured("running")
     job, alloc = doc["job"], doc["allocations"][0]
     ref = PodRef("default", "running", job["Meta"]["k8s.uid"])
-    done = {**alloc, "ClientStatus": "complete", "ModifyIndex": alloc["ModifyIndex"] + 5}
+    stopping = {**alloc, "DesiredStatus": "stop", "ModifyIndex": alloc["ModifyIndex"] + 2}
+    done = {**stopping, "ClientStatus": "complete", "ModifyIndex": alloc["ModifyIndex"] + 5}
     t = await make_translator()
     with respx.mock(base_url=ADDRESS) as nomad:
         nomad.get(f"/v1/job/{job['ID']}").mock(return_value=httpx.Response(200, json=job))
         nomad.get(f"/v1/job/{job['ID']}/allocations").mock(
             side_effect=[
                 httpx.Response(200, json=[alloc]),  # locate
-                httpx.Response(200, json=[alloc]),  # delete: still running → stop
-                httpx.Response(200, json=[done], headers={"X-Nomad-Index": "900"}),  # purge wait
+                httpx.Response(200, json=[stopping]),  # after the purge: still running
+                httpx.Response(200, json=[done], headers={"X-Nomad-Index": "900"}),  # the wait
             ]
         )
-        stop = nomad.delete(f"/v1/job/{job['ID']}").mock(
+        purge = nomad.delete(f"/v1/job/{job['ID']}").mock(
             return_value=httpx.Response(200, json={"EvalID": "e"})
         )
         variable = nomad.delete(f"/v1/var/nomad/jobs/{job['ID']}").mock(
             return_value=httpx.Response(200)
         )
         await t.delete(ref, grace_seconds=30)
+        assert [v.ref.uid for v in t.book.views.values()] == [ref.uid]  # still stopping
+        assert variable.call_count == 0
         await next(iter(t._purges.values()))
-    requests = [c.request for c in stop.calls]
-    assert [r.url.params.get("purge") for r in requests] == [None, "true"]
-    assert variable.call_count == 1  # the job's Variable goes with the purge
+    requests = [c.request for c in purge.calls]
+    assert [r.url.params.get("purge") for r in requests] == ["true"]
+    assert not t.book.views  # ended: forgotten
+    assert variable.call_count == 1  # the job's Variable goes once its allocations ended
 
 
 async def test_token_never_appears_in_error_messages(make_translator: MakeTranslator) -> None:

@@ -53,13 +53,17 @@ def stream_events(h: NomadHarness, uid: str) -> list[dict[str, Any]]:
             {"Topic": "Job", "Type": "JobRegistered", "Key": jid, "Namespace": ns,
              "Index": job["ModifyIndex"], "Payload": {"Job": job}}
         )  # fmt: skip
-        for a in h.fake.allocs.values():
-            if a["JobID"] == jid:
-                events.append(
-                    {"Topic": "Allocation", "Type": "AllocationUpdated", "Key": a["ID"],
-                     "Namespace": ns, "Index": a["ModifyIndex"], "Payload": {"Allocation": a}}
-                )  # fmt: skip
+    for a in h.fake.allocs_of(uid):  # a purged job's too: they still stop
+        events.append(
+            {"Topic": "Allocation", "Type": "AllocationUpdated", "Key": a["ID"],
+             "Namespace": a["Namespace"], "Index": a["ModifyIndex"], "Payload": {"Allocation": a}}
+        )  # fmt: skip
     return events
+
+
+def held(t: NomadTranslator, uid: str) -> bool:
+    """The translator still follows the pod's job (purged, its allocations stopping)."""
+    return any(v.ref.uid == uid for v in t.book.views.values())
 
 
 async def streamed_running_pod(
@@ -92,16 +96,23 @@ async def test_with_the_event_stream_a_create_and_a_delete_cost_at_most_3_reques
     create = Counter(t.client.requests) - before
     h.fake.advance()  # placed and running: the stream says so
     await t._apply_events(stream_events(h, pod.uid), "")
+    h.fake.sigterm_ends = False  # the task takes a moment to stop
     before = Counter(t.client.requests)
     await t.delete(pod.ref, grace_seconds=30)
     await settle()
-    assert h.workloads(pod.uid) == 1  # stopped, waiting for the stream to show its end
-    await t._apply_events(stream_events(h, pod.uid), "")  # the stopped allocation's event
-    await settle()
     delete = Counter(t.client.requests) - before
-    assert h.workloads(pod.uid) == 0  # purged, without waiting on a timer
+    assert h.workloads(pod.uid) == 0  # purged at once ...
+    assert held(t, pod.uid)  # ... its allocation still stopping: the view waits for the stream
+    listed = [[c.state for c in s.containers] for s in await t.list() if s.ref.uid == pod.uid]
+    assert listed == [["running"]]  # listed with it, not vanished
+    before_list = Counter(t.client.requests)
+    h.fake.advance()  # the task ended
+    await t._apply_events(stream_events(h, pod.uid), "")  # the allocation's event
+    await settle()
+    assert not held(t, pod.uid)  # forgotten once ended, without waiting on a timer
     assert create == {("POST", "/jobs"): 1}  # registered only if new: no read first
-    assert delete == {("DELETE", "/job/:job_id"): 2}  # stop, then purge
+    assert delete == {("DELETE", "/job/:job_id"): 1}  # one purge
+    assert Counter(t.client.requests) == before_list  # the end cost nothing
     assert sum(create.values()) <= 3 and sum(delete.values()) <= 3
     # the pod's final delete (the controller's purge step once it saw the end): nothing left
     before = Counter(t.client.requests)
@@ -109,13 +120,15 @@ async def test_with_the_event_stream_a_create_and_a_delete_cost_at_most_3_reques
     assert Counter(t.client.requests) == before
 
 
-async def test_the_final_delete_and_the_stops_own_purge_purge_once(
+async def test_the_final_delete_after_the_end_sends_nothing(
     h: NomadHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The stream's event that shows the stopped allocation ended wakes both the stop's
-    background purge and the controller, whose plan purges too: one purge, not two (at a
-    1,000-pod mass delete 38 % of the jobs were purged twice)."""
+    """The stream's event that shows the purged job's allocation ended wakes both the
+    background wait and the controller, whose plan deletes again: the job was purged by the
+    first delete, so neither sends a request (at a 1,000-pod mass delete 38 % of the jobs were
+    once purged twice)."""
     t, pod = await streamed_running_pod(h, monkeypatch)
+    h.fake.sigterm_ends = False
     await t.delete(pod.ref, grace_seconds=30)
     await settle()
     before = Counter(t.client.requests)
@@ -123,26 +136,41 @@ async def test_the_final_delete_and_the_stops_own_purge_purge_once(
     await t._apply_events(stream_events(h, pod.uid), "")
     await t.delete(pod.ref, grace_seconds=0)  # ... and the final delete runs at once
     await settle()
-    assert h.workloads(pod.uid) == 0
-    assert Counter(t.client.requests) - before == {("DELETE", "/job/:job_id"): 1}
+    assert not held(t, pod.uid) and not t._purges[next(iter(t._purges))].cancelled()
+    assert Counter(t.client.requests) == before
 
 
 async def test_without_the_stream_a_delete_asks_nomad_when_the_allocations_end(
-    h: NomadHarness,
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
     t = await translator(h, clock)
     pod = h.pod("web")
     await t.create(pod)
     h.fake.advance()
+    h.fake.sigterm_ends = False
+    real = t.client.blocking_get
+
+    async def blocking_get(*args: Any, **kw: Any) -> Any:
+        await asyncio.sleep(0.01)  # Nomad holds the query until its index moves
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(t.client, "blocking_get", blocking_get)
     before = Counter(t.client.requests)
     await t.delete(pod.ref, grace_seconds=30)
     await settle()
+    assert held(t, pod.uid)  # still stopping (its allocation read after the purge says so)
+    h.fake.advance()  # the task ended: the blocking query answers
+    for _ in range(100):
+        if not held(t, pod.uid):
+            break
+        await asyncio.sleep(0.01)
     delete = Counter(t.client.requests) - before
-    assert h.workloads(pod.uid) == 0
-    # read the allocations, stop, wait (a blocking query) for their end, purge; the job was
+    assert not held(t, pod.uid) and h.workloads(pod.uid) == 0
+    # purge, read the allocations, wait (blocking queries) for their end; the job was
     # registered here without a Variable, so none is deleted
-    assert delete == {("GET", "/job/:job_id/allocations"): 2, ("DELETE", "/job/:job_id"): 2}
+    assert delete[("DELETE", "/job/:job_id")] == 1
+    assert set(delete) == {("DELETE", "/job/:job_id"), ("GET", "/job/:job_id/allocations")}
 
 
 async def test_a_job_registered_elsewhere_still_has_its_variable_deleted(h: NomadHarness) -> None:
@@ -176,22 +204,24 @@ async def test_a_stop_waits_for_the_connected_stream_without_asking_nomad(
     h.fake.advance()
     for p in (pod, late):
         await t._apply_events(stream_events(h, p.uid), "")
+    h.fake.sigterm_ends = False
     before = Counter(t.client.requests)
     for p in (pod, late):
         await t.delete(p.ref, grace_seconds=60)
     for _ in range(5):  # 25 s
         await clock.advance(5)
         await settle()
-    assert Counter(t.client.requests) - before == {("DELETE", "/job/:job_id"): 2}  # the stops
+    assert Counter(t.client.requests) - before == {("DELETE", "/job/:job_id"): 2}  # the purges
+    h.fake.advance()  # both tasks end; only one's event arrives before the stream drops
     await t._apply_events(stream_events(h, pod.uid), "")  # the end, on the stream
     await settle()
-    assert h.workloads(pod.uid) == 0 and h.workloads(late.uid) == 1
+    assert not held(t, pod.uid) and held(t, late.uid)
     live["stream"] = False  # dropped before the other end arrived: Nomad is asked
     await clock.advance(30)
     await settle()
-    assert h.workloads(late.uid) == 0
+    assert not held(t, late.uid)
     assert Counter(t.client.requests) - before == {
-        ("DELETE", "/job/:job_id"): 4,  # two stops, two purges
+        ("DELETE", "/job/:job_id"): 2,  # two purges
         ("GET", "/job/:job_id/allocations"): 1,
     }
 
@@ -205,14 +235,14 @@ async def test_at_the_end_of_a_short_grace_nomad_is_asked_before_a_sigkill(
     clock = FakeClock()
     t, pod = await streamed_running_pod(h, monkeypatch, clock)
     before = Counter(t.client.requests)
-    await t.delete(pod.ref, grace_seconds=5)
+    await t.delete(pod.ref, grace_seconds=5)  # the task ends at once; its event is late
     await settle()
     for _ in range(3):
         await clock.advance(2)
         await settle()
-    assert h.workloads(pod.uid) == 0
+    assert not held(t, pod.uid)
     assert Counter(t.client.requests) - before == {
-        ("DELETE", "/job/:job_id"): 2,  # stop, purge
+        ("DELETE", "/job/:job_id"): 1,  # the purge
         ("GET", "/job/:job_id/allocations"): 1,
     }
 
@@ -290,7 +320,7 @@ async def test_requests_by_endpoint_are_an_own_metric(h: NomadHarness) -> None:
 async def test_a_mass_delete_without_the_stream_leaves_half_the_connections_free(
     h: NomadHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each stopped job's purge waits with a blocking query while the stream is down; 40 at
+    """Each purged job's end is awaited with a blocking query while the stream is down; 40 at
     once would hold every one of the 8 connections (creates and lists then wait for the pool):
     at most 4 run at a time."""
     clock = FakeClock()
@@ -313,20 +343,23 @@ async def test_a_mass_delete_without_the_stream_leaves_half_the_connections_free
             waiting -= 1
 
     monkeypatch.setattr(t.client, "blocking_get", blocking_get)
+    h.fake.sigterm_ends = False  # the tasks take a moment to stop: the waits overlap
     await asyncio.gather(*(t.delete(pod.ref, grace_seconds=30) for pod in pods))
-    for _ in range(100):
-        if all(h.workloads(pod.uid) == 0 for pod in pods):
+    await asyncio.sleep(0.05)
+    h.fake.advance()
+    for _ in range(200):
+        if not any(held(t, pod.uid) for pod in pods):
             break
         await asyncio.sleep(0.01)
-    assert all(h.workloads(pod.uid) == 0 for pod in pods)  # every job purged in the end
+    assert not any(held(t, pod.uid) for pod in pods)  # every end seen in the end
     assert 1 < peak <= t.config.max_connections // 2 == 4
 
 
-async def test_the_stops_own_deregister_evaluation_costs_no_job_read(
+async def test_the_purges_own_deregister_evaluation_costs_no_job_read(
     h: NomadHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The job-deregister evaluation of the agent's own stop can reach the stream consumer
-    before the stop's answer reaches the agent: it is not news, and asks Nomad nothing (at a
+    """The job-deregister evaluation of the agent's own purge can reach the stream consumer
+    before the purge's answer reaches the agent: it is not news, and asks Nomad nothing (at a
     5,000-pod mass delete those reads filled the connection pool and stalled the delete)."""
     t, pod = await streamed_running_pod(h, monkeypatch)
     view = next(v for v in t.book.views.values() if v.ref.uid == pod.uid)
@@ -335,7 +368,7 @@ async def test_the_stops_own_deregister_evaluation_costs_no_job_read(
 
     async def call(method: str, path: str, **kw: Any) -> Any:
         reply = await real_call(method, path, **kw)
-        if method == "DELETE" and not kw.get("params"):  # the stop: its evaluation arrives first
+        if method == "DELETE" and path.startswith("/job/"):  # the purge: its evaluation first
             ev = {"ID": "e-stop", "JobID": view.job_id, "Namespace": view.namespace}
             event = {
                 "Topic": "Evaluation",
