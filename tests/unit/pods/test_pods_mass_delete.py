@@ -78,6 +78,7 @@ async def start(
         clock,
         lambda: all(kube.pod(f"p{i}")["status"].get("phase") == "Running" for i in range(pods)),  # type: ignore[index]
     )
+    translator.lists_before_delete = translator.inner.calls["list"]  # type: ignore[attr-defined]
     for i in range(pods):
         kube.user_delete(f"p{i}", grace=60)
     # the deletes are sent: every pod waits for its stop
@@ -187,5 +188,20 @@ async def test_a_live_stream_lists_rarely_and_reports_a_vanished_workload_at_onc
         sim._touch(uid)
         await until(clock, lambda: sim.calls["create"] > creates, 10)
         assert sim.calls["list"] > lists
+    finally:
+        await ctl.stop()
+
+
+async def test_a_streamed_mass_delete_asks_for_no_list(tmp_path: Path) -> None:
+    """With the stream live a backend delete asks for no list: neither the stop (the stream
+    reports its end) nor the final delete's purge.  Each used to ask for one soon, a full
+    backend list every ``MIN_LIST_SPACING`` (0.5 s) through a mass delete — against Nomad a
+    job and an allocation list of every pod, back to back (docs/design/nomad.md, "Requests per
+    pod")."""
+    ctl, kube, translator = await start(tmp_path, True, pods=200)
+    try:
+        lists = translator.lists_before_delete
+        await until(ctl.clock, lambda: all(kube.pod(f"p{i}") is None for i in range(200)), 40)
+        assert translator.inner.calls["list"] - lists <= 1  # was 3 here (a list per 0.5 s)
     finally:
         await ctl.stop()
