@@ -673,6 +673,7 @@ class NomadTranslator:
         if view is None:
             return
         key = view_key(view)
+        unknown = False  # the allocations could not be read: the background wait asks again
         if not view.purged:
             # marked before the request: its job-deregister evaluation may reach the stream
             # consumer before the answer reaches us, and is not news (``_gone``)
@@ -697,7 +698,8 @@ class NomadTranslator:
                     await self._read_allocs(view)
                 except BackendError as exc:
                     log.info("nomad: allocations of purged job %s: %s", view.job_id, exc)
-        if not view.allocs or self._all_ended(view):
+                    unknown = True
+        if not unknown and (not view.allocs or self._all_ended(view)):
             waiter = self._stop_waiters.get(key)
             if waiter is not None:
                 waiter.set()  # the background wait ends without a request

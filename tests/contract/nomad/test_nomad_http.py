@@ -183,6 +183,34 @@ async def test_delete_purges_at_once_and_forgets_the_job_once_allocations_ended(
     assert variable.call_count == 1  # the job's Variable goes once its allocations ended
 
 
+async def test_a_purged_job_whose_allocations_cannot_be_read_is_not_finished_blind(
+    make_translator: MakeTranslator,
+) -> None:
+    """The read after the purge fails: the pod is not taken as ended (its containers may still
+    run their grace period); the background wait asks again and finishes it once they ended."""
+    doc = captured("running")
+    job, alloc = doc["job"], doc["allocations"][0]
+    ref = PodRef("default", "running", job["Meta"]["k8s.uid"])
+    done = {**alloc, "ClientStatus": "complete", "ModifyIndex": alloc["ModifyIndex"] + 5}
+    t = await make_translator()
+    with respx.mock(base_url=ADDRESS) as nomad:
+        nomad.get(f"/v1/job/{job['ID']}/allocations").mock(
+            side_effect=[
+                httpx.Response(403, text="Permission denied"),  # after the purge
+                httpx.Response(200, json=[done], headers={"X-Nomad-Index": "900"}),  # the wait
+            ]
+        )
+        nomad.delete(f"/v1/job/{job['ID']}").mock(return_value=httpx.Response(200, json={}))
+        nomad.delete(f"/v1/var/nomad/jobs/{job['ID']}").mock(return_value=httpx.Response(200))
+        view = t.book.merge_job(job, region="")
+        assert view is not None
+        view.allocs = {}  # placed, but no event seen yet
+        await t.delete(ref, grace_seconds=30)
+        assert list(t.book.views.values()) == [view]  # not finished on an unread state
+        await next(iter(t._purges.values()))
+    assert not t.book.views
+
+
 async def test_token_never_appears_in_error_messages(make_translator: MakeTranslator) -> None:
     t = await make_translator(token="very-secret-token")
     with respx.mock(base_url=ADDRESS) as nomad:
