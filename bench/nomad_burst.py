@@ -954,6 +954,8 @@ async def run_all(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)  # py-spy writes nothing into none
     load_before = report.loadavg()
     started = time.monotonic()
     allocs = max(args.pods, args.rate_pods if args.rate else 0)
