@@ -383,3 +383,22 @@ async def test_the_purges_own_deregister_evaluation_costs_no_job_read(
     await t.delete(pod.ref, grace_seconds=30)
     assert gone == [()]
     assert Counter(t.client.requests) - before == {("DELETE", "/job/:job_id"): 1}
+
+
+async def test_own_allocations_are_not_held_by_others_after_a_listing(h: NomadHarness) -> None:
+    """Default region (""): a job Nomad describes (its JSON says "global": an event, or a
+    read after a restart) is held under the key it is found by, so a listing keeps it and the
+    capacity refresh does not count this node's own allocations as other jobs' (before, the
+    listing dropped such views and the next capacity subtracted their allocations)."""
+    first = await translator(h, FakeClock())
+    pods = [h.pod(f"p{i}") for i in range(3)]
+    for pod in pods:
+        await first.create(pod)
+    h.fake.advance()
+    t = await translator(h, FakeClock())  # restarted: knows the jobs from Nomad's JSON
+    for pod in pods:
+        await t._apply_events(stream_events(h, pod.uid), "")
+    await t.list()
+    assert {v.ref.uid for v in t.book.views.values()} >= {p.uid for p in pods}
+    # each holds the other's warm-up pod as another job's: the same size
+    assert await t.capacity() == await first.capacity()
