@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from vkgate_core import ndjson
+
 __all__ = ["HttpxSender", "Response", "Sender", "StreamReply"]
 
 
@@ -145,7 +147,31 @@ class HttpxSender:
             timeout=httpx.Timeout(head_limit, read=read_timeout),
             extensions=self._extensions,
         ) as resp:
-            yield resp
+            yield _Lines(resp)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+class _Lines:
+    """An httpx streamed response whose lines end at "\n" only (``vkgate_core.ndjson``), as
+    on the lean path: httpx's own ``aiter_lines`` also breaks at U+0085/U+2028/U+2029 inside
+    a watch event's strings."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self._resp = resp
+
+    @property
+    def status_code(self) -> int:
+        return self._resp.status_code
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._resp.headers
+
+    async def aread(self) -> bytes:
+        return await self._resp.aread()
+
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        async for line in ndjson.lines(self._resp.aiter_bytes()):
+            yield line.rstrip(b"\r").decode()

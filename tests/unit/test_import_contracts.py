@@ -81,6 +81,7 @@ def test_the_neutral_core_imports_neither_side() -> None:
         "clock",
         "imageregistry",
         "kubetypes",
+        "ndjson",
         "quantity",
         "ratelimit",
         "retry",

@@ -26,6 +26,7 @@ import httpx
 
 from translators.base import BackendError
 from translators.nomad.client import NomadClient, Sleep
+from vkgate_core import ndjson
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class EventStream:
                     self.activity.set()
                     if self.connections > 1:
                         yield None
-                    lines = resp.aiter_lines()
+                    lines = ndjson.lines(resp.aiter_bytes())  # "\n" only: docstring there
                     while True:
                         try:
                             line = await asyncio.wait_for(anext(lines), self.idle_timeout)

@@ -175,6 +175,33 @@ async def test_silent_stream_reconnects_after_the_idle_timeout(
     assert events.index == 9
 
 
+async def test_a_pod_string_with_unicode_line_breaks_does_not_tear_the_stream(
+    make_translator: MakeTranslator,
+) -> None:
+    """Nomad's JSON writes U+0085 (NEL) raw, and U+2028/U+2029 may be; Python's
+    ``str.splitlines`` (httpx's ``aiter_lines``) breaks lines at them, which tore every event
+    of a pod with such a string in its job (an env value, an annotation) and reconnected at the
+    same index forever.  ndjson lines end at "\n" only; the string arrives byte for byte."""
+    t = await make_translator(stream_idle_timeout=5)
+    events = EventStream(t.client, namespace="default", index=7, idle_timeout=5, sleep=t._sleep)
+    value = "a\u0085b\u2028c\u2029d\x1ce\re"
+    job = {"ID": "j", "Meta": {"k8s.note": value}}
+    raw = json.dumps(
+        {"Index": 9, "Events": [{"Topic": "Job", "Payload": {"Job": job}}]}, ensure_ascii=False
+    ).encode()
+    assert "\u0085".encode() in raw and "\u2028".encode() in raw  # raw, as Nomad sends NEL
+    with respx.mock(base_url=ADDRESS) as nomad:
+        route = nomad.get("/v1/event/stream").mock(
+            return_value=httpx.Response(200, stream=Body(raw[:20], raw[20:] + b"\n{}\n", hang=True))
+        )
+        it = aiter(events)
+        [batch] = [await asyncio.wait_for(anext(it), 5)]
+        await it.aclose()  # type: ignore[attr-defined]
+    assert batch == [{"Topic": "Job", "Payload": {"Job": job}}]
+    assert batch[0]["Payload"]["Job"]["Meta"]["k8s.note"] == value
+    assert route.call_count == 1  # no reconnect
+
+
 async def test_a_refused_stream_backs_off_with_the_retry_steps(
     make_translator: MakeTranslator, sleeps: list[float]
 ) -> None:

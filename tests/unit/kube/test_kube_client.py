@@ -309,6 +309,24 @@ async def test_watch_yields_events_and_passes_params(either: MakeClient):
     await c.aclose()
 
 
+async def test_a_watch_event_with_unicode_line_breaks_in_a_string_is_one_event(
+    either: MakeClient,
+):
+    """U+0085, U+2028 and U+2029 inside a pod's strings, raw as JSON allows (Go writes NEL
+    raw): one event, its string byte for byte, on both senders (httpx's ``aiter_lines`` broke
+    the line there: "malformed watch event", the watch restarted, again and again)."""
+    value = "a\u0085b\u2028c\u2029d"
+    raw = json.dumps(
+        {"type": "ADDED", "object": {"metadata": {"name": "a", "annotations": {"x": value}}}},
+        ensure_ascii=False,
+    )
+    assert "\u0085" in raw
+    c = await either(lambda r: stream(raw))
+    events = [ev async for ev in c.watch("/api/v1/pods")]
+    assert [ev["object"]["metadata"]["annotations"]["x"] for ev in events] == [value]
+    await c.aclose()
+
+
 async def test_watch_http_410_raises_gone(client: MakeClient):
     c = await client(lambda r: st(410, "Expired"))
     with pytest.raises(e.Gone):
