@@ -2,8 +2,10 @@
 
 The stream is ndjson: one ``{"Index": n, "Events": [...]}`` object per line (several lines
 may share an index, one per topic), and ``{}`` heartbeats every ten seconds.  This module
-owns the connection: it reconnects after a drop, a torn line (a connection cut mid-event) or
-silence longer than ``idle_timeout``, resuming at the **last index seen**.  Resuming at that
+owns the connection: it reconnects after a drop, the server's end of the stream (Nomad closes a
+subscriber that fell behind; a line cut there is not read), a line that is not JSON, or
+silence longer than ``idle_timeout``, resuming at the **last index seen**.  Lines end at "\n"
+only (``vkgate_core.ndjson``: not at the Unicode line breaks JSON strings may carry raw).  Resuming at that
 index replays the events of that index, which is harmless because consumers apply
 allocation/job payloads idempotently (newer ``ModifyIndex`` wins); resuming one past it could
 lose the other lines of the same index.  If the index has already left the server's buffer
@@ -89,6 +91,8 @@ class EventStream:
                         try:
                             line = await asyncio.wait_for(anext(lines), self.idle_timeout)
                         except StopAsyncIteration:
+                            # Nomad closes a subscriber that fell behind its event buffer
+                            log.info("nomad event stream ended, resuming at %d", self.index)
                             break
                         except TimeoutError:
                             log.info(
@@ -102,7 +106,8 @@ class EventStream:
                             batch = json.loads(line)
                         except ValueError:
                             log.info(
-                                "nomad event stream: torn line, reconnecting at %d", self.index
+                                "nomad event stream: a line that is not JSON, reconnecting at %d",
+                                self.index,
                             )
                             break
                         failures = 0
