@@ -245,6 +245,23 @@ async def test_more_cpu_than_the_cluster_has_is_pending_with_nomads_reason(
     assert listed[pod.uid].reason == "Unschedulable"
 
 
+async def test_a_pod_string_with_unicode_line_breaks_keeps_the_event_stream_connected(
+    translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
+) -> None:
+    """Nomad's JSON carries U+0085 (NEL) raw inside strings: a pod whose command holds one
+    (with U+2028/U+2029) is followed to its end on one stream connection (httpx's line
+    splitting broke the job's events there and reconnected at the same index forever)."""
+    text = "a\u0085b\u2028c\u2029d"
+    pod = make_pod(translator.node_name, f"echo '{text}' >/dev/null; exit 0")
+    created = await translator.create(pod)
+    with nomad_agent.http_client() as c:
+        raw = c.get(f"/v1/job/{created.backend_id}").content
+    assert "\u0085".encode() in raw  # Nomad writes it raw: the case is real, not vacuous
+    await watch.until(pod.uid, lambda s: s.phase == Phase.SUCCEEDED)
+    [events] = list(translator._feeds[0].streams.values())
+    assert events.connections == 1  # never reconnected
+
+
 async def test_delete_purges_the_job_and_waits_for_its_allocation(
     translator: NomadTranslator, watch: Watch, nomad_agent: NomadAgent
 ) -> None:
