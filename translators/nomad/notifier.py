@@ -72,6 +72,15 @@ class ChangeFeed:
         self.tasks: set[asyncio.Task[None]] = set()
         #: The event stream of each scope while its loop runs (``live()``).
         self.streams: dict[tuple[str, str], EventStream] = {}
+        #: The ``emit`` of each running ``changes()``: what ``push`` reaches.
+        self._emitters: list[Callable[[Sequence[JobView]], None]] = []
+
+    def push(self, views: Sequence[JobView]) -> None:
+        """Report views the translator learned of outside the stream (a read of a purged job's
+        allocations at the end of its grace period, while the stream lags behind): the pod
+        finishes now, not when the stream catches up or at its deadline."""
+        for emit in self._emitters:
+            emit(views)
 
     def live(self) -> bool:
         """True while every scope's event stream is connected: the stream then reports a
@@ -204,10 +213,12 @@ class ChangeFeed:
 
         tasks = [asyncio.create_task(scope(r, n)) for r, n in self.scopes]
         self.tasks.update(tasks)
+        self._emitters.append(emit)
         try:
             while not self._closed.is_set():
                 yield await queue.get()
         finally:
+            self._emitters.remove(emit)
             for t in tasks:
                 t.cancel()
             for t in tasks:

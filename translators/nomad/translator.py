@@ -786,6 +786,9 @@ class NomadTranslator:
                         async with self._stop_waits:
                             await self._read_allocs(view)
                         if self._all_ended(view):
+                            # the stream has not said so yet: the pod need not wait for it
+                            for feed in self._feeds:
+                                feed.push([view])
                             break
                         await self._kill(view, list(view.allocs.values()))
                     continue
@@ -803,6 +806,8 @@ class NomadTranslator:
                 for a in allocs:
                     merge_alloc(view, a)
                 if all(a.get("ClientStatus") in TERMINAL for a in allocs):
+                    for feed in self._feeds:
+                        feed.push([view])  # the end, before the view is forgotten
                     break
                 index = reply.index if reply.index > index else 0
                 if not killed and self.clock.monotonic() >= start + grace:

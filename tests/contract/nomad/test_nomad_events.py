@@ -4,6 +4,7 @@ last index, replayed events), the resync after a reconnect and the ownership fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -200,6 +201,36 @@ async def test_a_pod_string_with_unicode_line_breaks_does_not_tear_the_stream(
     assert batch == [{"Topic": "Job", "Payload": {"Job": job}}]
     assert batch[0]["Payload"]["Job"]["Meta"]["k8s.note"] == value
     assert route.call_count == 1  # no reconnect
+
+
+async def test_a_pushed_view_reaches_every_running_feed_once(
+    make_translator: MakeTranslator,
+) -> None:
+    """``ChangeFeed.push``: a state the translator learned outside the stream is yielded by
+    each running ``changes()``, once (the same state again is not news), and by none after
+    it ended."""
+    t = await make_translator()
+    doc = captured("running")
+    view = t.book.merge_job(doc["job"], region="")
+    assert view is not None
+    feed = t.changes()
+    [chg] = t._feeds
+    chg.scopes = []  # no stream, no lists: only what is pushed
+    pending = asyncio.ensure_future(anext(feed))
+    await asyncio.sleep(0)
+    chg.push([view])
+    chg.push([view])
+    state = await asyncio.wait_for(pending, 5)
+    assert isinstance(state, WorkloadState) and state.ref.uid == view.ref.uid
+    second = asyncio.ensure_future(anext(feed))
+    await asyncio.sleep(0.05)
+    assert not second.done()  # the same state is not yielded twice
+    second.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await second  # the generator ends with it
+    await feed.aclose()  # type: ignore[attr-defined]
+    assert not chg._emitters
+    chg.push([view])  # no running changes(): nothing to reach, no error
 
 
 async def test_a_refused_stream_backs_off_with_the_retry_steps(

@@ -231,9 +231,19 @@ async def test_at_the_end_of_a_short_grace_nomad_is_asked_before_a_sigkill(
 ) -> None:
     """The stream has not shown the stopped allocation's end when the delete's grace is over:
     one read of the allocations (not the view: the stream lags at a mass delete) finds it
-    ended, so no SIGKILL is sent, and the job is purged."""
+    ended, so no SIGKILL is sent, and the end is pushed to the pod at once (without it the
+    controller waited for the lagging stream, or reached the deadline: ForceDeleted)."""
     clock = FakeClock()
     t, pod = await streamed_running_pod(h, monkeypatch, clock)
+    pushed: list[list[str]] = []
+
+    class Feed:
+        tasks: set[Any] = set()
+
+        def push(self, views: Any) -> None:
+            pushed.append([c.state for c in t._state(views[0]).containers])
+
+    monkeypatch.setattr(t, "_feeds", [Feed()])
     before = Counter(t.client.requests)
     await t.delete(pod.ref, grace_seconds=5)  # the task ends at once; its event is late
     await settle()
@@ -241,6 +251,7 @@ async def test_at_the_end_of_a_short_grace_nomad_is_asked_before_a_sigkill(
         await clock.advance(2)
         await settle()
     assert not held(t, pod.uid)
+    assert pushed == [["terminated"]]
     assert Counter(t.client.requests) - before == {
         ("DELETE", "/job/:job_id"): 1,  # the purge
         ("GET", "/job/:job_id/allocations"): 1,
