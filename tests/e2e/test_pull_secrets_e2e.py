@@ -143,14 +143,24 @@ def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
     wait_until("orphan Running", running(control_plane, ns, "orphan"))
     orphan = wait_until("orphan's workload", lambda: workload(gw, ns, "orphan"))
     assert orphan["extra"]["registry_credentials"] == []
-    (event,) = wait_until(
-        "FailedToRetrieveImagePullSecret",
-        lambda: warnings(control_plane, ns, "orphan", "FailedToRetrieveImagePullSecret"),
-    )
-    assert event["message"] == (
+    missing = (
         "Unable to retrieve some image pull secrets (does-not-exist); attempting to pull the "
         "image may not succeed."
     )
+
+    # one Warning for the 404; the Node authorizer may answer 403 for a few ms after the pod
+    # was created ("Unable to read image pull secrets …", gateway/pods/pullsecrets.py), which
+    # is its own Warning with the same reason: a CI run saw both
+    def with_missing() -> list[dict[str, Any]] | None:
+        evs = warnings(control_plane, ns, "orphan", "FailedToRetrieveImagePullSecret")
+        return evs if any(e["message"] == missing for e in evs) else None
+
+    seen = wait_until("FailedToRetrieveImagePullSecret for the 404", with_missing)
+    assert [e["message"] for e in seen if e["message"] == missing] == [missing], seen
+    assert all(
+        e["message"] == missing or e["message"].startswith("Unable to read image pull secrets")
+        for e in seen
+    ), seen
 
     # 3. a malformed pull secret: named in a Warning event, the pod still runs
     wait_until("bad Running", running(control_plane, ns, "bad"))
