@@ -786,9 +786,7 @@ class NomadTranslator:
                         async with self._stop_waits:
                             await self._read_allocs(view)
                         if self._all_ended(view):
-                            # the stream has not said so yet: the pod need not wait for it
-                            for feed in self._feeds:
-                                feed.push([view])
+                            self._push_end(view)  # the stream has not said so yet
                             break
                         await self._kill(view, list(view.allocs.values()))
                     continue
@@ -806,8 +804,7 @@ class NomadTranslator:
                 for a in allocs:
                     merge_alloc(view, a)
                 if all(a.get("ClientStatus") in TERMINAL for a in allocs):
-                    for feed in self._feeds:
-                        feed.push([view])  # the end, before the view is forgotten
+                    self._push_end(view)  # the end, before the view is forgotten
                     break
                 index = reply.index if reply.index > index else 0
                 if not killed and self.clock.monotonic() >= start + grace:
@@ -820,6 +817,11 @@ class NomadTranslator:
             log.warning("nomad: waiting for the end of purged job %s failed: %s", view.job_id, exc)
         finally:
             self._stop_waiters.pop(key, None)
+
+    def _push_end(self, view: JobView) -> None:
+        """An end found by reading Nomad, not on the stream: to the pods' controller now."""
+        for feed in self._feeds:
+            feed.push([view])
 
     @staticmethod
     def _all_ended(view: JobView) -> bool:
