@@ -2,7 +2,9 @@
 
 The stream is ndjson: one ``{"Index": n, "Events": [...]}`` object per line (several lines
 may share an index, one per topic), and ``{}`` heartbeats every ten seconds.  This module
-owns the connection: it reconnects after a drop, the server's end of the stream (Nomad closes a
+owns the connection, read by a task of its own into a bounded backlog so that a consumer
+busy with a list never leaves it unread (Nomad drops a subscriber that falls behind: see
+docs/design/nomad.md, "Event stream"): it reconnects after a drop, the server's end of the stream (Nomad closes a
 subscriber that fell behind; a line cut there is not read), a line that is not JSON, or
 silence longer than ``idle_timeout``, resuming at the **last index seen**.  Lines end at "\n"
 only (``vkgate_core.ndjson``: not at the Unicode line breaks JSON strings may carry raw).  Resuming at that
@@ -19,6 +21,7 @@ Reconnect delays come from the same backoff tuple as the HTTP retries, through a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -33,6 +36,9 @@ from vkgate_core import ndjson
 log = logging.getLogger(__name__)
 
 TOPICS = ("Job", "Allocation", "Evaluation")
+
+#: What the reader task hands the consumer: a batch, ``None`` (resync) or its own failure.
+Backlog = asyncio.Queue[list[dict[str, Any]] | Exception | None]
 
 
 class EventStream:
@@ -49,6 +55,7 @@ class EventStream:
         idle_timeout: float = 35.0,
         backoff: Sequence[float] = (0.2, 0.5, 1.0, 2.0, 4.0),
         sleep: Sleep | None = None,
+        max_backlog: int = 10_000,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -59,6 +66,10 @@ class EventStream:
         self.idle_timeout = idle_timeout
         self.backoff = tuple(backoff) or (1.0,)
         self._sleep = sleep if sleep is not None else client._sleep
+        #: Batches read but not yet handled by the consumer, at most (then one resync).
+        self.max_backlog = max_backlog
+        #: Times the backlog overflowed (for tests and metrics).
+        self.overflows = 0
         #: Number of successful connections (for tests and metrics).
         self.connections = 0
         #: True while connected (the agent then relies on the stream to see stops).
@@ -68,6 +79,51 @@ class EventStream:
         self.activity = asyncio.Event()
 
     async def __aiter__(self) -> AsyncIterator[list[dict[str, Any]] | None]:
+        """Batches as read by a reader task that drains the connection whatever the consumer
+        is doing: a consumer that awaits a list (the resync after a reconnect takes seconds
+        at thousands of jobs) or a read must not leave Nomad's side of the stream unread,
+        since Nomad drops a subscriber ``event_buffer_size`` index batches behind
+        (docs/design/nomad.md, "Event stream")."""
+        backlog: Backlog = asyncio.Queue()
+        reader = asyncio.create_task(self._read(backlog))
+        try:
+            while True:
+                item = await backlog.get()
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read(self, backlog: Backlog) -> None:
+        try:
+            await self._connect_forever(backlog)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed to the consumer, which raises it
+            backlog.put_nowait(exc)
+
+    def _put(
+        self,
+        backlog: Backlog,
+        item: list[dict[str, Any]] | None,
+    ) -> None:
+        if item is not None and backlog.qsize() >= self.max_backlog:
+            # the consumer is far behind: its unread batches are dropped for one resync,
+            # which lists what they would have told (the stream itself stays connected)
+            log.warning(
+                "nomad event stream: %d batches not yet handled; dropping them for a resync",
+                backlog.qsize(),
+            )
+            while not backlog.empty():
+                backlog.get_nowait()
+            self.overflows += 1
+            backlog.put_nowait(None)
+        backlog.put_nowait(item)
+
+    async def _connect_forever(self, backlog: Backlog) -> None:
         failures = 0
         while True:
             params: dict[str, Any] = {"topic": self.topics}
@@ -85,11 +141,15 @@ class EventStream:
                     self.live = True
                     self.activity.set()
                     if self.connections > 1:
-                        yield None
+                        self._put(backlog, None)
                     lines = ndjson.lines(resp.aiter_bytes())  # "\n" only: docstring there
                     while True:
                         try:
-                            line = await asyncio.wait_for(anext(lines), self.idle_timeout)
+                            # asyncio.timeout, not wait_for: 3.11's wait_for loses a
+                            # cancel that meets a line already read (the reader outlived its
+                            # consumer), and it costs a task per line
+                            async with asyncio.timeout(self.idle_timeout):
+                                line = await anext(lines)
                         except StopAsyncIteration:
                             # Nomad closes a subscriber that fell behind its event buffer
                             log.info("nomad event stream ended, resuming at %d", self.index)
@@ -116,7 +176,7 @@ class EventStream:
                         self.index = int(batch.get("Index") or self.index)
                         events = batch.get("Events") or []
                         if events:
-                            yield list(events)
+                            self._put(backlog, list(events))
             except httpx.HTTPError as exc:
                 log.info("nomad event stream dropped (%s); resuming at %d", exc, self.index)
             except BackendError as exc:

@@ -203,6 +203,78 @@ async def test_a_pod_string_with_unicode_line_breaks_does_not_tear_the_stream(
     assert route.call_count == 1  # no reconnect
 
 
+class CountedBody(httpx.AsyncByteStream):
+    """Chunks as Nomad writes them, counting how many the reader took, then silence."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks, self.taken = chunks, 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            self.taken += 1
+            yield chunk
+        await asyncio.Event().wait()
+
+
+async def test_the_connection_is_drained_while_the_consumer_is_busy(
+    make_translator: MakeTranslator,
+) -> None:
+    """Nomad drops a subscriber ``event_buffer_size`` index batches behind.  The consumer
+    awaits lists and reads (a resync after a reconnect takes seconds at thousands of jobs), so
+    a reader task drains the connection meanwhile: every line is read off the socket before
+    the consumer asks for its second batch.  (With the consumer pulling the lines itself, the
+    connection was read no further than the consumer had got, and Nomad dropped the stream
+    18 times in a 5,000-pod run.)"""
+    t = await make_translator(stream_idle_timeout=5)
+    events = EventStream(t.client, namespace="default", index=7, idle_timeout=5, sleep=t._sleep)
+    body = CountedBody(*(line(i, {"Topic": "Job", "Index": i}) for i in range(8, 58)))
+    with respx.mock(base_url=ADDRESS) as nomad:
+        route = nomad.get("/v1/event/stream").mock(return_value=httpx.Response(200, stream=body))
+        it = aiter(events)
+        first = await asyncio.wait_for(anext(it), 5)
+        for _ in range(50):  # the consumer is busy: it does not ask for the next batch
+            await asyncio.sleep(0)
+            if body.taken == 50:
+                break
+        assert body.taken == 50
+        assert events.index == 57  # the resume point moves with what was read
+        rest = [await asyncio.wait_for(anext(it), 5) for _ in range(49)]
+        await it.aclose()  # type: ignore[attr-defined]
+    assert [b[0]["Index"] for b in [first, *rest]] == list(range(8, 58))  # in order, none lost
+    assert route.call_count == 1
+
+
+async def test_a_consumer_far_behind_gets_one_resync_instead_of_the_backlog(
+    make_translator: MakeTranslator,
+) -> None:
+    """The backlog is bounded (``max_backlog`` batches): past it, the unhandled batches are
+    dropped and the consumer is told to resync (``None``), as after a reconnect; the
+    connection stays up and the batches after the drop still arrive."""
+    t = await make_translator(stream_idle_timeout=5)
+    events = EventStream(
+        t.client, namespace="default", index=7, idle_timeout=5, sleep=t._sleep, max_backlog=5
+    )
+    body = CountedBody(*(line(i, {"Topic": "Job", "Index": i}) for i in range(8, 16)))
+    with respx.mock(base_url=ADDRESS) as nomad:
+        route = nomad.get("/v1/event/stream").mock(return_value=httpx.Response(200, stream=body))
+        it = aiter(events)
+        reading = asyncio.ensure_future(anext(it))  # starts the reader; the consumer then waits
+        for _ in range(50):
+            await asyncio.sleep(0)
+            if body.taken == 8:
+                break
+        got = [await asyncio.wait_for(reading, 5)]
+        while len(got) < 7:
+            got.append(await asyncio.wait_for(anext(it), 5))
+            if got[-1] is not None and got[-1][0]["Index"] == 15:
+                break
+        await it.aclose()  # type: ignore[attr-defined]
+    assert events.overflows == 1
+    # 8..12 filled the backlog, 13 overflowed it: they were dropped for a resync
+    assert [None if b is None else b[0]["Index"] for b in got] == [None, 13, 14, 15]
+    assert route.call_count == 1
+
+
 async def test_a_pushed_view_reaches_every_running_feed_once(
     make_translator: MakeTranslator,
 ) -> None:
