@@ -230,6 +230,11 @@ class NomadTranslator:
         #: (region, namespace param) scopes listed at least once: the job book knows their jobs.
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
+        #: The last other-jobs allocation list, as (allocs index, eligible client IDs, own
+        #: jobs, what they held): reused while a one-stub probe shows the same index.
+        self._held_last: (
+            tuple[int, tuple[str, ...], frozenset[tuple[str, str]], dict[str, cap.Held]] | None
+        ) = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
         #: Jobs whose purge this process has sent and not yet seen answered.
         self._stopping: set[Key] = set()
@@ -296,9 +301,9 @@ class NomadTranslator:
         return nodes
 
     async def capacity(self) -> Capacity:
-        """Free capacity of the eligible clients (``capacity.py``): two requests per refresh,
-        ``/v1/nodes?resources=true`` and one allocation list of every namespace
-        (``_held``)."""
+        """Free capacity of the eligible clients (``capacity.py``): ``/v1/nodes?resources=true``
+        and what other jobs hold (``_held``: a one-stub probe, and the allocation list of
+        every namespace only when the probe shows a change)."""
         nodes = await self._nodes()
         return cap.capacity(nodes, self.config, held=await self._held(nodes))
 
@@ -307,18 +312,37 @@ class NomadTranslator:
         clients: ``GET /v1/allocations?namespace=*&resources=true`` with the non-terminal
         filter (one request; per-node ``/v1/node/:id/allocations`` would be one request per
         client, each returning whole allocations with their jobs).  Own jobs are those in the
-        job book, so the first call lists the scopes if no listing has yet."""
-        ids = sorted(str(n["ID"]) for n in nodes if n.get("ID") and cap.eligible(n, self.config))
+        job book, so the first call lists the scopes if no listing has yet.
+
+        The list is what the node's status loop costs at rest (5,000 allocations decoded every
+        10 s), so a probe of one stub (``per_page=1``) comes first: its ``X-Nomad-Index`` is
+        the allocation table's, and while it, the eligible clients and the own jobs are those
+        of the last list, that list's answer still holds (docs/design/nomad.md, "Capacity")."""
+        ids = tuple(
+            sorted(str(n["ID"]) for n in nodes if n.get("ID") and cap.eligible(n, self.config))
+        )
         if not ids:
             return {}
         for region, ns_param in self._scopes():
             if (region, ns_param) not in self._listed:
                 await self._refresh(region, ns_param)
-        where = cap.HELD_FILTER
-        if len(ids) <= MAX_NODE_CLAUSES:
-            where += " and (" + " or ".join(f'NodeID == "{i}"' for i in ids) + ")"
+        ours = frozenset((k[1], k[2]) for k in self.book.views)
+        last = self._held_last
         try:
-            allocs = await self.client.get(
+            if last is not None and last[1] == ids and last[2] == ours:
+                probe = await self.client.call(
+                    "GET",
+                    "/allocations",
+                    params={"per_page": 1, "task_states": False},
+                    namespace="*",
+                )
+                if probe.index and probe.index == last[0]:
+                    return last[3]
+            where = cap.HELD_FILTER
+            if len(ids) <= MAX_NODE_CLAUSES:
+                where += " and (" + " or ".join(f'NodeID == "{i}"' for i in ids) + ")"
+            reply = await self.client.call(
+                "GET",
                 "/allocations",
                 params={"resources": True, "task_states": False, "filter": where},
                 namespace="*",
@@ -326,14 +350,15 @@ class NomadTranslator:
         except BackendAuthError as exc:
             log.warning("nomad: other jobs' allocations unreadable, not subtracted: %s", exc)
             return {}
-        ours = {(k[1], k[2]) for k in self.book.views}
         eligible = set(ids)
-        return cap.held_per_node(
+        held = cap.held_per_node(
             a
-            for a in allocs or []
+            for a in reply.data or []
             if str(a.get("NodeID")) in eligible
             and (str(a.get("Namespace") or "default"), str(a.get("JobID"))) not in ours
         )
+        self._held_last = (reply.index, ids, ours, held)
+        return held
 
     async def node_info(self) -> NodeInfo:
         nodes = await self._nodes()

@@ -122,6 +122,7 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
         client(C3, address="198.51.100.23", eligible=False),
     ]
     held = [own, foreign(C1, mhz=1000, mem=1024), foreign(C3, mhz=4000, mem=4096)]
+    table = {"index": 10}  # the allocation table's index (X-Nomad-Index of every list)
     t = await make_translator()
     with respx.mock(base_url=ADDRESS) as nomad:
         nomad.get("/v1/nodes").mock(return_value=ok(nodes))
@@ -129,8 +130,9 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
 
         def allocations(request: httpx.Request) -> httpx.Response:
             if request.url.params.get("namespace") == "*":
-                return ok(held)
-            return ok([own])  # the scope's backstop list
+                n = int(request.url.params.get("per_page") or len(held))
+                return ok(held[:n], index=table["index"])
+            return ok([own], index=table["index"])  # the scope's backstop list
 
         allocs = nomad.get("/v1/allocations").mock(side_effect=allocations)
         cap = await t.capacity()
@@ -148,12 +150,28 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
             "false",
         )
         assert params["filter"] == f'{HELD_FILTER} and (NodeID == "{C1}" or NodeID == "{C2}")'
+        # at rest: a one-stub probe shows the same allocation index, the last list still holds
+        before = len(nomad.calls)
+        assert await t.capacity() == cap
+        calls = [c.request for c in nomad.calls[before:]]
+        assert [c.url.path for c in calls] == ["/v1/nodes", "/v1/allocations"]
+        assert calls[1].url.params["per_page"] == "1" and "filter" not in calls[1].url.params
+        # another team's allocation grows: the index moves, so the probe is followed by the list
+        held[1] = foreign(C1, mhz=2000, mem=1024)
+        table["index"] = 11
+        before = len(nomad.calls)
+        moved = await t.capacity()
+        assert moved.cpu_millis == (8000 - 2000) * 1000 // 2000
+        calls = [c.request for c in nomad.calls[before:]]
+        assert [c.url.path for c in calls] == ["/v1/nodes", "/v1/allocations", "/v1/allocations"]
+        assert calls[2].url.params["filter"] == params["filter"]
+        # a new own job (the job book changed) is a new list even at the same index
+        t.book.views.clear()
         before = len(nomad.calls)
         await t.capacity()
-        assert [c.request.url.path for c in nomad.calls[before:]] == [
-            "/v1/nodes",
-            "/v1/allocations",
-        ]
+        calls = [c.request for c in nomad.calls[before:]]
+        assert [c.url.path for c in calls] == ["/v1/nodes", "/v1/allocations"]
+        assert "filter" in calls[1].url.params
 
 
 async def test_unreadable_allocations_leave_the_clients_whole(
