@@ -213,6 +213,10 @@ class NomadRun:
     nomad_cpu_delete: float | None = None
     rss_running: int | None = None
     load: tuple[float, float] | None = None
+    #: the whole machine over the create phase: (busy core-seconds, core-seconds elapsed)
+    machine_create: tuple[float, float] | None = None
+    #: CPU seconds by command name over the create phase (``procstat.by_command``)
+    who_create: dict[str, float] = field(default_factory=dict)
     error: str = ""
 
     @property
@@ -266,6 +270,8 @@ class NomadRun:
             "nomad_cpu": self.nomad_cpu,
             "rss_running": self.rss_running,
             "load": self.load,
+            "machine_create": self.machine_create,
+            "who_create": self.who_create,
             "error": self.error,
         }
 
@@ -512,6 +518,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
                 )
 
             t0 = time.monotonic()
+            mach0, who0 = procstat.machine(), procstat.by_command()
             pprof = nomad_pprof(s, "vkgate", n, rate)
             errors = await paced(n, args.concurrency, rate, create)
             if errors:
@@ -529,6 +536,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
             res.rss_running = mid.rss_bytes
             res.agent_cpu_create = _delta(mid.cpu_seconds, a0)
             res.nomad_cpu_create = _delta(procstat.cpu_seconds(s.nomad.pid), m0)
+            res.machine_create, res.who_create = _machine_since(mach0, who0)
             c1 = s.proxy.counts()["requests"]
             res.requests_create = counts_diff(c1, c0)
             if pprof is not None:
@@ -617,6 +625,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
                 r.raise_for_status()
 
             t0 = time.monotonic()
+            mach0, who0 = procstat.machine(), procstat.by_command()
             pprof = nomad_pprof(s, "floor", n, rate)
             errors = await paced(n, args.concurrency, rate, register)
             if errors:
@@ -628,6 +637,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
             res.not_running = n - len(book.running)
             res.to_running = book.to_running()
             res.nomad_cpu_create = _delta(procstat.cpu_seconds(s.nomad.pid), m0)
+            res.machine_create, res.who_create = _machine_since(mach0, who0)
             c1 = s.proxy.counts()["requests"]
             res.requests_create = counts_diff(c1, c0)
             if pprof is not None:
@@ -670,6 +680,20 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
 def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+
+
+def _machine_since(
+    mach0: tuple[float, float], who0: dict[str, float]
+) -> tuple[tuple[float, float], dict[str, float]]:
+    """The machine's busy and elapsed core-seconds since ``mach0``, and the six commands that
+    used the most CPU since ``who0`` (the create phase: is the burst bound by the cores?)."""
+    busy, total = procstat.machine()
+    who = procstat.by_command()
+    used = {k: v - who0.get(k, 0.0) for k, v in who.items()}
+    top = dict(
+        sorted(((k, round(v, 2)) for k, v in used.items() if v > 0), key=lambda kv: -kv[1])[:6]
+    )
+    return (busy - mach0[0], total - mach0[1]), top
 
 
 def nomad_pprof(s: Session, kind: str, n: int, rate: float) -> asyncio.Task[None] | None:
@@ -824,6 +848,23 @@ def markdown(
             out.append(
                 f"- round {r.round}, {r.pods} pods, {r.idle_seconds:.0f} s: vkgate CPU "
                 f"{cpu:.2f} % of a core, Nomad requests {rps:.2f}/s ({by or 'none'})"
+            )
+    busy = [r for r in results if r.machine_create and r.machine_create[1] > 0]
+    if busy:
+        cores = os.cpu_count() or 1
+        out += [
+            "",
+            f"The machine over each create phase ({cores} cores; busy core-seconds, then the",
+            "commands that used the most; busy ÷ cores is the least wall time that work needs here):",
+            "",
+        ]
+        for r in busy:
+            b, t = r.machine_create or (0.0, 0.0)
+            name = r.kind + (f" @ {r.rate:g}/s" if r.mode == "rate" else "")
+            who = ", ".join(f"{k} {v:.1f}" for k, v in r.who_create.items())
+            out.append(
+                f"- round {r.round} {name}: {b:.1f} of {t:.1f} core-s busy ({b / t * 100:.0f} %), "
+                f"≥ {b / cores:.1f} s on {cores} cores; {who}"
             )
     resynced = [r for r in results if r.resyncs]
     if resynced:

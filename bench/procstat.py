@@ -57,3 +57,36 @@ def sample(pid: int | None) -> ProcSample:
 
 def mib(n: int | None) -> str:
     return "n/a" if n is None else f"{n / 2**20:.1f}"
+
+
+def machine() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, summed over its cores
+    (``/proc/stat``'s ``cpu`` line; busy is everything but ``idle`` and ``iowait``)."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return (0.0, 0.0)
+    ticks = [int(v) for v in first[1:9]]  # user nice system idle iowait irq softirq steal
+    total = sum(ticks)
+    return ((total - ticks[3] - ticks[4]) / _TICKS, total / _TICKS)
+
+
+def by_command() -> dict[str, float]:
+    """CPU seconds (utime + stime) of every live process, summed by command name (``comm``):
+    who used the machine during a phase, as a delta of two readings.  A process that ended
+    between them is missed, which a benchmark's long-lived servers do not."""
+    out: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 2 :].split()
+        try:
+            out[comm] = out.get(comm, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+        except (IndexError, ValueError):
+            continue
+    return out

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.append(str(REPO))
 
-from bench import nomad_burst, nomad_proxy, plots, report  # noqa: E402
+from bench import nomad_burst, nomad_proxy, plots, procstat, report  # noqa: E402
 from bench.nomad_burst import FloorBook, NomadRun  # noqa: E402
 from devstack import nomad as devstack_nomad  # noqa: E402
 
@@ -221,6 +221,7 @@ def _runs() -> list[NomadRun]:
     vk.requests_idle = Counter({"GET /v1/jobs": 3})
     vk.connections_max, vk.connections_opened = 4, 9
     vk.load = (1.0, 2.0)
+    vk.machine_create, vk.who_create = (9.0, 10.0), {"kube-apiserver": 4.0, "python": 3.5}
     rate = NomadRun("vkgate", 1, 100, mode="rate", rate=20, running_wall=6.0, error="boom")
     return [floor, vk, rate]
 
@@ -236,6 +237,18 @@ def test_report_gives_ratios_to_the_floor_of_the_same_round() -> None:
     assert "round 1 vkgate rate: boom" in text
     assert "re-listed the allocations" in text and "- round 1 burst: 1 time(s)" in text
     assert "vkgate @ 20/s" in text
+    cores = os.cpu_count() or 1
+    assert (
+        f"- round 1 vkgate: 9.0 of 10.0 core-s busy (90 %), ≥ {9 / cores:.1f} s on {cores} cores; kube-apiserver 4.0, python 3.5"
+        in text
+    )
+
+
+def test_machine_cpu_is_read_from_proc() -> None:
+    busy, total = procstat.machine()
+    assert 0 < busy <= total
+    who = procstat.by_command()
+    assert who and all(v >= 0 for v in who.values())
 
 
 def test_nomad_arguments_are_bounded() -> None:
