@@ -269,6 +269,8 @@ class NomadClient:
         )
         #: ACL refusals seen, until a call that needs the same grant succeeds.
         self.refusals = Refusals()
+        #: region param → the highest X-Nomad-Index seen (``newest_index``)
+        self._newest: dict[str, int] = {}
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -376,7 +378,19 @@ class NomadClient:
             index = int(resp.headers.get("X-Nomad-Index", "0"))
         except ValueError:
             index = 0
+        if index:
+            region = self._region_of(params)
+            if index > self._newest.get(region, 0):
+                self._newest[region] = index
         return Reply(data=data, index=index, headers=resp.headers)
+
+    @staticmethod
+    def _region_of(params: Query) -> str:
+        return next((str(v) for k, v in params if k == "region" and v), "")
+
+    def newest_index(self, region: str | None = None) -> int:
+        """The highest ``X-Nomad-Index`` any answer of ``region`` carried (0: none yet)."""
+        return self._newest.get(self._region_of(self.params(None, namespace="", region=region)), 0)
 
     # -- calls ---------------------------------------------------------------------------------
 

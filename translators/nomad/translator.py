@@ -468,6 +468,9 @@ class NomadTranslator:
         """The backstop list of one scope plus node IPs and, with ``placement``, the placement
         reasons of unplaced jobs: fresh views."""
         views, index = await self._refresh(region, ns_param)
+        # after a reconnect the stream resumes at the newest index known, so an end that
+        # fell in between is found by this list
+        self._wake_stopped(views)
         await self._fill_node_ips(views)
         await self._record_run_ends(views)
         if placement:
@@ -843,6 +846,13 @@ class NomadTranslator:
         finally:
             self._stop_waiters.pop(key, None)
 
+    def _wake_stopped(self, views: Sequence[JobView]) -> None:
+        """Wake the stop waits (``_stop_streamed``) of the views whose allocations all ended."""
+        for view in views:
+            waiter = self._stop_waiters.get(view_key(view))
+            if waiter is not None and self._all_ended(view):
+                waiter.set()
+
     def _push_end(self, view: JobView) -> None:
         """An end found by reading Nomad, not on the stream: to the pods' controller now."""
         for feed in self._feeds:
@@ -905,10 +915,7 @@ class NomadTranslator:
         touched, deleted = await self.book.apply_events(
             events, region=region, view_for=self._view_for
         )
-        for view in touched:
-            waiter = self._stop_waiters.get(view_key(view))
-            if waiter is not None and self._all_ended(view):
-                waiter.set()
+        self._wake_stopped(touched)
         await self._fill_node_ips(touched)
         await self._record_run_ends(touched)
         return touched, await self._gone(deleted)

@@ -275,6 +275,36 @@ async def test_a_consumer_far_behind_gets_one_resync_instead_of_the_backlog(
     assert route.call_count == 1
 
 
+async def test_a_reconnect_resumes_at_the_newest_index_nomad_has_answered_with(
+    make_translator: MakeTranslator,
+) -> None:
+    """Nomad starts a subscriber whose index has left its buffer at the *oldest* batch it
+    holds: after a drop that is ``event_buffer_size`` batches behind, and the next batch drops
+    it again.  So a reconnect resumes at the newest ``X-Nomad-Index`` any answer carried (the
+    resync after the reconnect lists what lies between); the first connection starts where
+    the list it follows left off."""
+    t = await make_translator(stream_idle_timeout=5)
+    events = EventStream(t.client, namespace="default", index=7, idle_timeout=5, sleep=t._sleep)
+    with respx.mock(base_url=ADDRESS) as nomad:
+        nomad.get("/v1/jobs").mock(
+            return_value=httpx.Response(200, json=[], headers={"X-Nomad-Index": "480"})
+        )
+        route = nomad.get("/v1/event/stream").mock(
+            side_effect=[
+                httpx.Response(200, stream=Body(line(9, {"Topic": "Job"}))),  # Nomad ends it
+                httpx.Response(200, stream=Body(line(481, {"Topic": "Job"}), hang=True)),
+            ]
+        )
+        await t.client.get("/jobs")  # any answer: a register's, a list's
+        it = aiter(events)
+        assert await asyncio.wait_for(anext(it), 5) == [{"Topic": "Job"}]
+        assert await asyncio.wait_for(anext(it), 5) is None  # reconnected: resync
+        assert await asyncio.wait_for(anext(it), 5) == [{"Topic": "Job"}]
+        await it.aclose()  # type: ignore[attr-defined]
+    assert [c.request.url.params["index"] for c in route.calls] == ["7", "480"]
+    assert t.client.newest_index() == 480 and t.client.newest_index("elsewhere") == 0
+
+
 async def test_a_pushed_view_reaches_every_running_feed_once(
     make_translator: MakeTranslator,
 ) -> None:

@@ -226,6 +226,30 @@ async def test_a_stop_waits_for_the_connected_stream_without_asking_nomad(
     }
 
 
+async def test_an_end_the_stream_skipped_is_found_by_the_resync_after_the_reconnect(
+    h: NomadHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconnect resumes at the newest index known, past the events in between, so the
+    resync that follows is what shows a stopping job's allocations ended: it wakes the
+    purge's wait at once, not at its next 30 s check or the end of the grace period."""
+    clock = FakeClock()
+    t, pod = await streamed_running_pod(h, monkeypatch, clock)
+    h.fake.sigterm_ends = False
+    await t.delete(pod.ref, grace_seconds=60)
+    await clock.advance(5)
+    await settle()
+    assert held(t, pod.uid)
+    h.fake.advance()  # the task ends; its event falls in what the reconnect skips
+    before = Counter(t.client.requests)
+    await t._resync("", "default", False)  # the feed's resync after the reconnect
+    await settle()
+    assert not held(t, pod.uid)
+    assert Counter(t.client.requests) - before == {
+        ("GET", "/jobs"): 1,
+        ("GET", "/allocations"): 1,
+    }
+
+
 async def test_at_the_end_of_a_short_grace_nomad_is_asked_before_a_sigkill(
     h: NomadHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
