@@ -217,6 +217,9 @@ class NomadRun:
     machine_create: tuple[float, float] | None = None
     #: CPU seconds by command name over the create phase (``procstat.by_command``)
     who_create: dict[str, float] = field(default_factory=dict)
+    #: the same over the delete phase
+    machine_delete: tuple[float, float] | None = None
+    who_delete: dict[str, float] = field(default_factory=dict)
     error: str = ""
 
     @property
@@ -272,6 +275,8 @@ class NomadRun:
             "load": self.load,
             "machine_create": self.machine_create,
             "who_create": self.who_create,
+            "machine_delete": self.machine_delete,
+            "who_delete": self.who_delete,
             "error": self.error,
         }
 
@@ -559,6 +564,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
                     await s.kube.delete(f"/api/v1/namespaces/{ns}/pods/{names[i]}")
 
             t1 = time.monotonic()
+            mach1, who1 = procstat.machine(), procstat.by_command()
             errors = await bounded(n, args.concurrency, delete)
             if errors:
                 raise RuntimeError(f"{len(errors)} deletes failed, first: {errors[0]}")
@@ -576,6 +582,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
                 res.purged_wall = purged - t1
             res.agent_cpu_delete = _delta(procstat.cpu_seconds(agent.pid or 0), a1)
             res.nomad_cpu_delete = _delta(procstat.cpu_seconds(s.nomad.pid), m1)
+            res.machine_delete, res.who_delete = _machine_since(mach1, who1)
             snap = s.proxy.counts()
             res.requests_delete = counts_diff(snap["requests"], c1)
             res.connections_max = int(snap["connections_max"])
@@ -650,6 +657,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
                 r.raise_for_status()
 
             t1 = time.monotonic()
+            mach1, who1 = procstat.machine(), procstat.by_command()
             errors = await bounded(n, args.concurrency, deregister)
             if errors:
                 raise RuntimeError(f"{len(errors)} deregisters failed, first: {errors[0]}")
@@ -662,6 +670,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
             res.not_gone = n - len(book.terminal)
             res.to_gone = book.to_terminal()
             res.nomad_cpu_delete = _delta(procstat.cpu_seconds(s.nomad.pid), m1)
+            res.machine_delete, res.who_delete = _machine_since(mach1, who1)
             snap = s.proxy.counts()
             res.requests_delete = counts_diff(snap["requests"], c1)
             res.connections_max = int(snap["connections_max"])
@@ -854,18 +863,24 @@ def markdown(
         cores = os.cpu_count() or 1
         out += [
             "",
-            f"The machine over each create phase ({cores} cores; busy core-seconds, then the",
-            "commands that used the most; busy ÷ cores is the least wall time that work needs here):",
+            f"The machine over each phase ({cores} cores; busy core-seconds, then the commands",
+            "that used the most; busy ÷ cores is the least wall time that work needs here):",
             "",
         ]
         for r in busy:
-            b, t = r.machine_create or (0.0, 0.0)
             name = r.kind + (f" @ {r.rate:g}/s" if r.mode == "rate" else "")
-            who = ", ".join(f"{k} {v:.1f}" for k, v in r.who_create.items())
-            out.append(
-                f"- round {r.round} {name}: {b:.1f} of {t:.1f} core-s busy ({b / t * 100:.0f} %), "
-                f"≥ {b / cores:.1f} s on {cores} cores; {who}"
-            )
+            for phase, mach, who_used in (
+                ("create", r.machine_create, r.who_create),
+                ("delete", r.machine_delete, r.who_delete),
+            ):
+                if not mach or mach[1] <= 0:
+                    continue
+                b, t = mach
+                who = ", ".join(f"{k} {v:.1f}" for k, v in who_used.items())
+                out.append(
+                    f"- round {r.round} {name} {phase}: {b:.1f} of {t:.1f} core-s busy "
+                    f"({b / t * 100:.0f} %), ≥ {b / cores:.1f} s on {cores} cores; {who}"
+                )
     resynced = [r for r in results if r.resyncs]
     if resynced:
         out += [

@@ -239,7 +239,7 @@ def test_report_gives_ratios_to_the_floor_of_the_same_round() -> None:
     assert "vkgate @ 20/s" in text
     cores = os.cpu_count() or 1
     assert (
-        f"- round 1 vkgate: 9.0 of 10.0 core-s busy (90 %), ≥ {9 / cores:.1f} s on {cores} cores; kube-apiserver 4.0, python 3.5"
+        f"- round 1 vkgate create: 9.0 of 10.0 core-s busy (90 %), ≥ {9 / cores:.1f} s on {cores} cores; kube-apiserver 4.0, python 3.5"
         in text
     )
 
