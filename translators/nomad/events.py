@@ -73,6 +73,8 @@ class EventStream:
         self.max_backlog = max_backlog
         #: Times the backlog overflowed (for tests and metrics).
         self.overflows = 0
+        #: A resync (``None``) is in the backlog, not yet taken by the consumer.
+        self._resync_queued = False
         #: Number of successful connections (for tests and metrics).
         self.connections = 0
         #: True while connected (the agent then relies on the stream to see stops).
@@ -94,6 +96,8 @@ class EventStream:
                 item = await backlog.get()
                 if isinstance(item, Exception):
                     raise item
+                if item is None:
+                    self._resync_queued = False  # begun: a later reconnect needs its own
                 yield item
         finally:
             reader.cancel()
@@ -113,6 +117,11 @@ class EventStream:
         backlog: Backlog,
         item: list[dict[str, Any]] | None,
     ) -> None:
+        if item is None and self._resync_queued:
+            # a resync the consumer has not begun yet lists after this reconnect too: in a
+            # burst Nomad dropped the stream four times in two seconds, and each queued resync
+            # (two full lists) put the consumer further behind
+            return
         if item is not None and backlog.qsize() >= self.max_backlog:
             # the consumer is far behind: its unread batches are dropped for one resync,
             # which lists what they would have told (the stream itself stays connected)
@@ -123,7 +132,10 @@ class EventStream:
             while not backlog.empty():
                 backlog.get_nowait()
             self.overflows += 1
-            backlog.put_nowait(None)
+            self._resync_queued = False
+            self._put(backlog, None)
+        if item is None:
+            self._resync_queued = True
         backlog.put_nowait(item)
 
     async def _connect_forever(self, backlog: Backlog) -> None:

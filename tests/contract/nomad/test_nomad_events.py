@@ -305,6 +305,37 @@ async def test_a_reconnect_resumes_at_the_newest_index_nomad_has_answered_with(
     assert t.client.newest_index() == 480 and t.client.newest_index("elsewhere") == 0
 
 
+async def test_reconnects_before_the_consumer_resyncs_cost_one_resync(
+    make_translator: MakeTranslator,
+) -> None:
+    """Nomad dropped the stream four times in two seconds at the end of a 5,000-pod burst.
+    A resync the consumer has not begun yet lists after every later reconnect too, so the
+    reconnects in between add no resync of their own; one after the consumer began does."""
+    t = await make_translator(stream_idle_timeout=5)
+    events = EventStream(t.client, namespace="default", index=7, idle_timeout=5, sleep=t._sleep)
+    with respx.mock(base_url=ADDRESS) as nomad:
+        route = nomad.get("/v1/event/stream").mock(
+            side_effect=[
+                *(  # each ends after one line: Nomad dropped the subscriber
+                    httpx.Response(200, stream=Body(line(i, {"Topic": "Job", "Index": i})))
+                    for i in range(8, 13)
+                ),
+                httpx.Response(200, stream=Body(hang=True)),
+            ]
+        )
+        it = aiter(events)
+        got = [await asyncio.wait_for(anext(it), 5)]  # the first batch; the reader goes on
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if route.call_count == 6:
+                break
+        got += [await asyncio.wait_for(anext(it), 5) for _ in range(5)]
+        await it.aclose()  # type: ignore[attr-defined]
+    indexes = [None if b is None else b[0]["Index"] for b in got]
+    assert route.call_count == 6
+    assert indexes == [8, None, 9, 10, 11, 12]
+
+
 async def test_a_pushed_view_reaches_every_running_feed_once(
     make_translator: MakeTranslator,
 ) -> None:
