@@ -143,7 +143,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "a job's allocations",
         essential=True,
     ),
-    Endpoint("GET", "/job/:job_id/evaluations", (_ns("read-job"),), "why a job is not placed"),
+    Endpoint(
+        "GET", "/evaluations", (_ns("read-job"),), "why jobs are not placed (blocked evaluations)"
+    ),
     Endpoint(
         "GET", "/allocations", (_ns("read-job"),), "all allocations (backstop)", essential=True
     ),

@@ -349,6 +349,8 @@ class FakeNomad:
                 return self._ok(allocs)
             case "GET", ["job", jid, "evaluations"]:
                 return self._ok([])
+            case "GET", ["evaluations"]:
+                return self._ok([])  # nothing blocked: every job fits
             case "DELETE", ["job", jid]:
                 return self._deregister(jid, q)
             case "GET", ["allocations"]:
