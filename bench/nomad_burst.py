@@ -924,6 +924,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="vkgate setting, e.g. pods.streamed_reconcile_interval=5 (JSON value)",
     )
     p.add_argument("--timeout", type=float, default=600.0, help="bound of each wait (s)")
+    p.add_argument(
+        "--nomad-event-buffer",
+        type=int,
+        default=0,
+        help="the Nomad server's event_buffer_size, for the floor and vkgate alike (0: 100)",
+    )
     p.add_argument("--profile", type=Path, default=None, help="py-spy vkgate over round 1's burst")
     p.add_argument(
         "--nomad-pprof",
@@ -952,13 +958,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ([f"--rate {args.rate:g} --rate-pods {args.rate_pods}"] if args.rate else [])
         + (["--no-burst"] if args.no_burst else [])
         + ([f"--idle {args.idle:g}"] if args.idle else [])
+        + ([f"--nomad-event-buffer {args.nomad_event_buffer}"] if args.nomad_event_buffer else [])
     )
     return args
 
 
 @contextlib.contextmanager
-def nomad_session(allocs: int) -> Iterator[tuple[NomadAgent, ProxyProcess]]:
-    nomad = launch_nomad(bench_allocs=allocs)
+def nomad_session(
+    allocs: int, event_buffer_size: int = 0
+) -> Iterator[tuple[NomadAgent, ProxyProcess]]:
+    nomad = launch_nomad(bench_allocs=allocs, event_buffer_size=event_buffer_size)
     try:
         proxy = ProxyProcess(nomad.address.removeprefix("http://"), nomad.workdir)
         try:
@@ -1015,7 +1024,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = report.loadavg()
     started = time.monotonic()
     allocs = max(args.pods, args.rate_pods if args.rate else 0)
-    with report.control_plane_session() as (cp, workdir), nomad_session(allocs) as (nomad, proxy):
+    with (
+        report.control_plane_session() as (cp, workdir),
+        nomad_session(allocs, args.nomad_event_buffer) as (nomad, proxy),
+    ):
         results = asyncio.run(run_all(cp, nomad, proxy, args, workdir))
     machine = report.machine_lines(
         load_before=load_before,

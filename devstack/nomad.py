@@ -66,6 +66,7 @@ def _config(
     docker_host: str | None = None,
     network_interface: str = "lo",
     bench_allocs: int = 0,
+    event_buffer_size: int = 0,
 ) -> str:
     # HCL is a superset of JSON: the agent reads a .json config file directly.
     cfg: dict[str, Any] = {
@@ -96,6 +97,10 @@ def _config(
     }
     if bench_allocs:
         _bench_client(cfg, bench_allocs)
+    if event_buffer_size:
+        # index batches a server keeps for event-stream subscribers (Nomad's default: 100);
+        # one further behind is dropped (docs/design/nomad.md, "Event stream")
+        cfg["server"] = {"event_buffer_size": event_buffer_size}
     return json.dumps(cfg, indent=2)
 
 
@@ -264,6 +269,7 @@ def _start_once(
     docker_host: str | None = None,
     network_interface: str = "lo",
     bench_allocs: int = 0,
+    event_buffer_size: int = 0,
 ) -> NomadAgent:
     http, rpc, serf = free_port(), free_port(), free_port()
     conf = wd / "agent.json"
@@ -276,6 +282,7 @@ def _start_once(
             docker_host=docker_host,
             network_interface=network_interface,
             bench_allocs=bench_allocs,
+            event_buffer_size=event_buffer_size,
         )
     )
     env = dict(os.environ, CHECKPOINT_DISABLE="1")
@@ -327,6 +334,7 @@ def launch_nomad(
     docker_host: str | None = None,
     network_interface: str = "lo",
     bench_allocs: int = 0,
+    event_buffer_size: int = 0,
 ) -> NomadAgent:
     """Start the dev agent and wait for a leader and a ready node; the caller must stop it.
 
@@ -339,7 +347,8 @@ def launch_nomad(
     then runs as root (the socket is root's).  ``network_interface``: the interface whose first
     address the client fingerprints as its own (``vkgate dev --node-ip``/``--netns``).
     ``bench_allocs``: a client declaring room for that many small mock_driver allocations
-    (``_bench_client``; bench/nomad_burst.py).
+    (``_bench_client``; bench/nomad_burst.py).  ``event_buffer_size``: the server setting
+    (0: Nomad's default, 100).
     """
     mode = run_as or os.environ.get("VKGATE_NOMAD_RUN_AS", "auto")
     if mode not in {"auto", "root", "unprivileged"}:
@@ -356,6 +365,7 @@ def launch_nomad(
                 _unprivileged_ids(),
                 network_interface=network_interface,
                 bench_allocs=bench_allocs,
+                event_buffer_size=event_buffer_size,
             )
         try:
             return _start_once(
@@ -366,6 +376,7 @@ def launch_nomad(
                 docker_host=docker_host,
                 network_interface=network_interface,
                 bench_allocs=bench_allocs,
+                event_buffer_size=event_buffer_size,
             )
         except DevstackError as exc:
             if docker_host or not (mode == "auto" and is_root and "cgroup" in str(exc).lower()):
@@ -380,6 +391,7 @@ def launch_nomad(
                 _unprivileged_ids(),
                 network_interface=network_interface,
                 bench_allocs=bench_allocs,
+                event_buffer_size=event_buffer_size,
             )
     except BaseException:
         if workdir is None:

@@ -336,3 +336,16 @@ async def test_floor_stream_relists_when_nomad_closes_it() -> None:
         "/v1/allocations?task_states=false",
         "/v1/event/stream?topic=Allocation&index=8",
     ]
+
+
+def test_the_nomad_event_buffer_option_reaches_the_servers_config(tmp_path: Path) -> None:
+    args = nomad_burst.parse_args(["--pods", "100", "--nomad-event-buffer", "5000"])
+    assert args.nomad_event_buffer == 5000 and "--nomad-event-buffer 5000" in args.command
+    conf = json.loads(
+        devstack_nomad._config(
+            workdir=tmp_path, http=1, rpc=2, serf=3, bench_allocs=100, event_buffer_size=5000
+        )
+    )
+    assert conf["server"] == {"event_buffer_size": 5000}
+    plain = json.loads(devstack_nomad._config(workdir=tmp_path, http=1, rpc=2, serf=3))
+    assert "server" not in plain  # Nomad's default (100)
