@@ -203,6 +203,8 @@ class NomadRun:
     requests_idle: Counter[str] = field(default_factory=Counter)
     idle_seconds: float = 0.0
     idle_cpu: float | None = None  # vkgate CPU over the idle window
+    #: seconds from all Running until the namespace's Event count stopped growing
+    events_settled: float | None = None
     connections_max: int = 0
     connections_opened: int = 0
     #: floor only: event stream ends followed by a list of the allocations
@@ -258,6 +260,7 @@ class NomadRun:
                 if self.idle_seconds
                 else {}
             ),
+            "events_settled": self.events_settled,
             "idle_core_share": (
                 self.idle_cpu / self.idle_seconds
                 if self.idle_cpu is not None and self.idle_seconds
@@ -547,7 +550,10 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
             if pprof is not None:
                 await pprof
             if idle > 0 and not res.error:
-                # let the create phase's trailing work (Events, status) settle first
+                # at rest means the burst's own work is done: its Events are written at the
+                # agent's event_qps (100/s), so 5,000 pods' four Events each trail the last
+                # Running by minutes on a busy machine; then the usual 10 s of settling
+                res.events_settled = await events_settled(s.kube, ns, bound=args.timeout)
                 await asyncio.sleep(min(10.0, idle))
                 i0 = s.proxy.counts()["requests"]
                 ia = procstat.cpu_seconds(agent.pid or 0)
@@ -689,6 +695,26 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
 def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+
+
+async def events_settled(
+    kube: Any, ns: str, *, bound: float, poll: float = 2.0, still: int = 3
+) -> float | None:
+    """Seconds until the namespace's Event count (``remainingItemCount`` of a one-item page)
+    is the same in ``still`` polls in a row: the agent's queued Events are written.  None if
+    it kept growing for ``bound`` seconds."""
+    t0 = time.monotonic()
+    last, same = -1, 0
+    while time.monotonic() - t0 < bound:
+        page = await kube.get(f"/api/v1/namespaces/{ns}/events", params={"limit": 1})
+        meta = page.get("metadata") or {}
+        count = len(page.get("items") or []) + int(meta.get("remainingItemCount") or 0)
+        same = same + 1 if count == last else 0
+        if same >= still - 1:
+            return time.monotonic() - t0
+        last = count
+        await asyncio.sleep(poll)
+    return None
 
 
 def _machine_since(
@@ -854,9 +880,15 @@ def markdown(
             by = ", ".join(
                 f"`{k}` {v / r.idle_seconds:.2f}/s" for k, v in r.requests_idle.most_common(6)
             )
+            settled = (
+                f"; the window began once the burst's Events were written, "
+                f"{r.events_settled:.0f} s after all Running, + 10 s"
+                if r.events_settled is not None
+                else ""
+            )
             out.append(
                 f"- round {r.round}, {r.pods} pods, {r.idle_seconds:.0f} s: vkgate CPU "
-                f"{cpu:.2f} % of a core, Nomad requests {rps:.2f}/s ({by or 'none'})"
+                f"{cpu:.2f} % of a core, Nomad requests {rps:.2f}/s ({by or 'none'}){settled}"
             )
     busy = [r for r in results if r.machine_create and r.machine_create[1] > 0]
     if busy:

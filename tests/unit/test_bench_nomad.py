@@ -349,3 +349,29 @@ def test_the_nomad_event_buffer_option_reaches_the_servers_config(tmp_path: Path
     assert conf["server"] == {"event_buffer_size": 5000}
     plain = json.loads(devstack_nomad._config(workdir=tmp_path, http=1, rpc=2, serf=3))
     assert "server" not in plain  # Nomad's default (100)
+
+
+async def test_at_rest_waits_for_the_bursts_events_to_be_written() -> None:
+    """The idle window starts once the namespace's Event count holds still (the agent writes
+    the burst's Events at its event_qps, minutes after the last pod is Running)."""
+    counts = iter([10, 400, 800, 900, 900, 900, 900])
+    asked: list[dict[str, Any]] = []
+
+    class Kube:
+        async def get(self, path: str, *, params: dict[str, Any]) -> dict[str, Any]:
+            asked.append(params)
+            n = next(counts)
+            return {"metadata": {"remainingItemCount": n - 1}, "items": [{}]}
+
+    waited = await nomad_burst.events_settled(Kube(), "ns", bound=60, poll=0)
+    assert waited is not None and len(asked) == 6  # 900 three times in a row
+    assert asked[0] == {"limit": 1}
+
+    class Growing:
+        n = 0
+
+        async def get(self, path: str, *, params: dict[str, Any]) -> dict[str, Any]:
+            self.n += 1
+            return {"metadata": {"remainingItemCount": self.n}, "items": [{}]}
+
+    assert await nomad_burst.events_settled(Growing(), "ns", bound=0.05, poll=0.01) is None
