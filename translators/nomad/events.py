@@ -4,8 +4,9 @@ The stream is ndjson: one ``{"Index": n, "Events": [...]}`` object per line (sev
 may share an index, one per topic), and ``{}`` heartbeats every ten seconds.  This module
 owns the connection, read by a task of its own into a bounded backlog so that a consumer
 busy with a list never leaves it unread (Nomad drops a subscriber that falls behind: see
-docs/design/nomad.md, "Event stream"): it reconnects after a drop, the server's end of the stream (Nomad closes a
-subscriber that fell behind; a line cut there is not read), a line that is not JSON, or
+docs/design/nomad.md, "Event stream"): it reconnects after a drop, the server's end of the
+stream (Nomad closes a subscriber that fell behind; a line cut there is not read), a line that
+is not JSON, or
 silence longer than ``idle_timeout``, resuming at the **newest index known**: the last batch's,
 or the newest ``X-Nomad-Index`` any answer carried when that is newer.  Lines end at "\n"
 only (``vkgate_core.ndjson``: not at the Unicode line breaks JSON strings may carry raw).
@@ -132,8 +133,8 @@ class EventStream:
             while not backlog.empty():
                 backlog.get_nowait()
             self.overflows += 1
-            self._resync_queued = False
-            self._put(backlog, None)
+            self._resync_queued = True
+            backlog.put_nowait(None)
         if item is None:
             self._resync_queued = True
         backlog.put_nowait(item)

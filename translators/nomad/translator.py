@@ -106,6 +106,16 @@ TERMINAL = frozenset({"complete", "failed", "lost"})
 MAX_NODE_CLAUSES = 32
 
 
+@dataclasses.dataclass(frozen=True)
+class HeldList:
+    """An answer of the other-jobs allocation list and what it was asked under."""
+
+    index: int  # the allocation table's X-Nomad-Index
+    clients: tuple[str, ...]  # the eligible client IDs
+    ours: frozenset[tuple[str, str]]  # (namespace, job ID) of this node's own jobs
+    held: dict[str, cap.Held]  # NodeID → what the other jobs hold there
+
+
 def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[str]:
     """What differs between a registered job and a freshly rendered one, per task: "image",
     "files" (template contents), "other" (config, env, resources, tasks added/removed)."""
@@ -230,11 +240,9 @@ class NomadTranslator:
         #: (region, namespace param) scopes listed at least once: the job book knows their jobs.
         self._listed: set[tuple[str, str]] = set()
         self._factor: float | None = None
-        #: The last other-jobs allocation list, as (allocs index, eligible client IDs, own
-        #: jobs, what they held): reused while a one-stub probe shows the same index.
-        self._held_last: (
-            tuple[int, tuple[str, ...], frozenset[tuple[str, str]], dict[str, cap.Held]] | None
-        ) = None
+        #: The last other-jobs allocation list: reused while a one-stub probe shows the same
+        #: allocation index (``_held``).
+        self._held_last: HeldList | None = None
         self._purges: dict[Key, asyncio.Task[None]] = {}
         #: Jobs whose purge this process has sent and not yet seen answered.
         self._stopping: set[Key] = set()
@@ -329,15 +337,15 @@ class NomadTranslator:
         ours = frozenset((k[1], k[2]) for k in self.book.views)
         last = self._held_last
         try:
-            if last is not None and last[1] == ids and last[2] == ours:
+            if last is not None and last.clients == ids and last.ours == ours:
                 probe = await self.client.call(
                     "GET",
                     "/allocations",
                     params={"per_page": 1, "task_states": False},
                     namespace="*",
                 )
-                if probe.index and probe.index == last[0]:
-                    return last[3]
+                if probe.index and probe.index == last.index:
+                    return last.held
             where = cap.HELD_FILTER
             if len(ids) <= MAX_NODE_CLAUSES:
                 where += " and (" + " or ".join(f'NodeID == "{i}"' for i in ids) + ")"
@@ -357,7 +365,7 @@ class NomadTranslator:
             if str(a.get("NodeID")) in eligible
             and (str(a.get("Namespace") or "default"), str(a.get("JobID"))) not in ours
         )
-        self._held_last = (reply.index, ids, ours, held)
+        self._held_last = HeldList(reply.index, ids, ours, held)
         return held
 
     async def node_info(self) -> NodeInfo:
