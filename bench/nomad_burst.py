@@ -985,6 +985,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--timeout must be in (0, 1800]")
     if args.no_burst and not args.rate:
         p.error("--no-burst needs --rate")
+    if not 0 <= args.nomad_event_buffer <= 1_000_000:
+        p.error("--nomad-event-buffer must be 0 (Nomad's default) .. 1000000")
     args.command = " ".join(
         ["python -m bench.nomad_burst", f"--pods {args.pods}", f"--rounds {args.rounds}"]
         + ([f"--rate {args.rate:g} --rate-pods {args.rate_pods}"] if args.rate else [])

@@ -252,7 +252,13 @@ def test_machine_cpu_is_read_from_proc() -> None:
 
 
 def test_nomad_arguments_are_bounded() -> None:
-    for bad in (["--pods", "5001"], ["--rounds", "6"], ["--no-burst"], ["--timeout", "0"]):
+    for bad in (
+        ["--pods", "5001"],
+        ["--rounds", "6"],
+        ["--no-burst"],
+        ["--timeout", "0"],
+        ["--nomad-event-buffer", "-1"],
+    ):
         with pytest.raises(SystemExit):
             nomad_burst.parse_args(bad)
     args = nomad_burst.parse_args(["--rate", "20", "--no-burst"])
