@@ -39,6 +39,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -56,8 +57,10 @@ from bench import procstat, report
 from bench import profile as bench_profile
 from bench.agents import VkgateAgent
 from bench.pods_burst import Tracker, bounded
+from devstack.certs import CertKey
 from devstack.controlplane import ControlPlane
-from devstack.nomad import NomadAgent, launch_nomad
+from devstack.nomad import launch_nomad
+from devstack.nomad_cluster import NomadTLS, bench_clients, launch_nomad_cluster
 from devstack.process import Proc, free_port, wait_for
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import NotFound
@@ -209,6 +212,8 @@ class NomadRun:
     connections_opened: int = 0
     #: floor only: event stream ends followed by a list of the allocations
     resyncs: int = 0
+    #: running allocations by Nomad client once all were Running
+    placed: dict[str, int] = field(default_factory=dict)
     agent_cpu_create: float | None = None
     agent_cpu_delete: float | None = None
     nomad_cpu_create: float | None = None
@@ -269,6 +274,7 @@ class NomadRun:
             "connections_max": self.connections_max,
             "connections_opened": self.connections_opened,
             "resyncs": self.resyncs,
+            "placed": self.placed,
             "agent_cpu": self.agent_cpu,
             "cpu_per_pod_ms": (
                 self.agent_cpu / self.pods * 1000 if self.agent_cpu is not None else None
@@ -284,15 +290,71 @@ class NomadRun:
         }
 
 
+# --------------------------------------------------------------------------- the Nomad under test
+
+
+@dataclass
+class NomadTarget:
+    """The Nomad a session runs against: the dev agent (plain HTTP, no ACLs, one process) or,
+    with ``--cluster``, the e2e cluster's topology (``devstack.nomad_cluster``: a server and two
+    clients, ACLs on, HTTP over mutual TLS)."""
+
+    #: every Nomad process (their CPU is Nomad's)
+    pids: tuple[int, ...]
+    workdir: Path
+    #: host:port the proxy forwards to
+    upstream: str
+    #: the harness's own way in, without the proxy
+    direct_base: str
+    #: the harness's and the floor's token (management); vkgate's is ``vkgate_token``
+    token: str = ""
+    vkgate_token: str = ""
+    tls: NomadTLS | None = None
+    server_cert: CertKey | None = None
+    describe: str = ""
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """The harness's TLS context: the CA and its client certificate.  The proxy serves the
+        server's certificate, which names no address, so the harness checks the chain and not
+        the name; vkgate checks both (``tls_server_name``)."""
+        if self.tls is None:
+            return True
+        ctx = self.tls.context()
+        ctx.check_hostname = False
+        return ctx
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """httpx.AsyncClient keyword arguments for the harness and the floor."""
+        headers = {"X-Nomad-Token": self.token} if self.token else {}
+        return {"verify": self.verify(), "headers": headers, "trust_env": False}
+
+    def cpu_seconds(self) -> float | None:
+        values = [procstat.cpu_seconds(pid) for pid in self.pids]
+        return None if any(v is None for v in values) else sum(v or 0.0 for v in values)
+
+
 # --------------------------------------------------------------------------- the proxy
 
 
 class ProxyProcess:
     """``bench.nomad_proxy`` as a child process in front of ``upstream`` (host:port)."""
 
-    def __init__(self, upstream: str, workdir: Path) -> None:
+    def __init__(self, upstream: str, workdir: Path, target: NomadTarget | None = None) -> None:
         self.listen = f"127.0.0.1:{free_port()}"
         self.control = f"127.0.0.1:{free_port()}"
+        self.tls = target is not None and target.tls is not None
+        tls_args: list[str] = []
+        if target is not None and target.tls is not None:
+            if target.server_cert is None:
+                raise RuntimeError("a TLS proxy needs the server's certificate")
+            tls_args = [
+                f"--tls-ca={target.tls.ca_file}",
+                f"--tls-cert={target.server_cert.cert}",
+                f"--tls-key={target.server_cert.key}",
+                f"--upstream-cert={target.tls.cert_file}",
+                f"--upstream-key={target.tls.key_file}",
+                f"--upstream-name={target.tls.server_name}",
+            ]
         env = dict(
             os.environ,
             PYTHONPATH=os.pathsep.join([str(report.REPO), os.environ.get("PYTHONPATH", "")]),
@@ -309,6 +371,7 @@ class ProxyProcess:
                 upstream,
                 "--control",
                 self.control,
+                *tls_args,
             ],
             log_file=workdir / "nomad-proxy.log",
             env=env,
@@ -318,7 +381,7 @@ class ProxyProcess:
 
     @property
     def address(self) -> str:
-        return f"http://{self.listen}"
+        return f"{'https' if self.tls else 'http'}://{self.listen}"
 
     def _up(self) -> bool:
         try:
@@ -362,18 +425,35 @@ async def wait_purged(nomad: httpx.AsyncClient, prefix: str, bound: float) -> fl
     return None
 
 
+async def placements(nomad: httpx.AsyncClient, prefix: str) -> dict[str, int]:
+    """Running allocations of the jobs named ``prefix…`` by Nomad client (the harness's own
+    list, not through the proxy): did the burst land on every client?"""
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        r = await nomad.get("/v1/allocations", params={"task_states": "false"})
+        r.raise_for_status()
+        return dict(
+            Counter(
+                str(a.get("NodeName") or a.get("NodeID") or "?")
+                for a in r.json()
+                if str(a.get("JobID", "")).startswith(prefix) and a.get("ClientStatus") == "running"
+            )
+        )
+    return {}
+
+
 async def gc(nomad: httpx.AsyncClient) -> None:
     """Collect dead jobs, evaluations and allocations, so the next run starts clean."""
     with contextlib.suppress(httpx.HTTPError):
         await nomad.put("/v1/system/gc")
 
 
-async def event_stream(base: str, book: FloorBook, ready: asyncio.Event) -> None:
+async def event_stream(base: str, book: FloorBook, ready: asyncio.Event, **client: Any) -> None:
     """Nomad's event stream, topic Allocation, into ``book``.  Nomad closes a subscriber that
     falls behind its event buffer (a 2,000-job burst did): when the stream ends or breaks, the
     floor lists the allocations once (``book.resyncs`` counts it; what it finds is timed when
     it is read, so a resync can only make the floor look slower) and subscribes again."""
-    async with httpx.AsyncClient(base_url=base, timeout=None, trust_env=False) as c:
+    client.setdefault("trust_env", False)
+    async with httpx.AsyncClient(base_url=base, timeout=None, **client) as c:
         index = 0
         while True:
             try:
@@ -433,7 +513,7 @@ async def paced(
 @dataclass
 class Session:
     cp: ControlPlane
-    nomad: NomadAgent
+    nomad: NomadTarget
     proxy: ProxyProcess
     kube: KubeClient
     direct: httpx.AsyncClient  # Nomad without the proxy (the harness's own checks)
@@ -443,18 +523,26 @@ class Session:
 
 
 def vkgate_settings(s: Session, n: int) -> dict[str, Any]:
+    nomad: dict[str, Any] = {
+        "address": s.proxy.address,
+        "template": TEMPLATE,
+        "mhz_per_core": MHZ_PER_CORE,
+    }
+    if s.nomad.vkgate_token:
+        nomad["token"] = s.nomad.vkgate_token
+    if s.nomad.tls is not None:
+        # the cluster's way in: the policy's token, mutual TLS, the server's name
+        nomad |= {
+            "ca_cert": str(s.nomad.tls.ca_file),
+            "client_cert": str(s.nomad.tls.cert_file),
+            "client_key": str(s.nomad.tls.key_file),
+            "tls_server_name": s.nomad.tls.server_name,
+        }
     settings: dict[str, Any] = {
         "log": {"level": "info"},
         "node": {"capacity": {"pods": str(max(110, n + 100))}},
         "templates": {"dirs": [str(TEMPLATES_DIR)]},
-        "backend": {
-            "kind": "nomad",
-            "nomad": {
-                "address": s.proxy.address,
-                "template": TEMPLATE,
-                "mhz_per_core": MHZ_PER_CORE,
-            },
-        },
+        "backend": {"kind": "nomad", "nomad": nomad},
     }
     return report.apply_sets(settings, s.args.set)
 
@@ -515,7 +603,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
             await asyncio.wait_for(tracker.ready.wait(), 30)
             s.proxy.reset()
             c0 = s.proxy.counts()["requests"]
-            a0, m0 = procstat.cpu_seconds(agent.pid or 0), procstat.cpu_seconds(s.nomad.pid)
+            a0, m0 = procstat.cpu_seconds(agent.pid or 0), s.nomad.cpu_seconds()
             if args.profile is not None and round_no == 1 and not rate and agent.pid:
                 recorder = bench_profile.Recorder(agent.pid, args.profile / f"vkgate-nomad-{n}.raw")
 
@@ -543,12 +631,13 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
             mid = procstat.sample(agent.pid)
             res.rss_running = mid.rss_bytes
             res.agent_cpu_create = _delta(mid.cpu_seconds, a0)
-            res.nomad_cpu_create = _delta(procstat.cpu_seconds(s.nomad.pid), m0)
+            res.nomad_cpu_create = _delta(s.nomad.cpu_seconds(), m0)
             res.machine_create, res.who_create = _machine_since(mach0, who0)
             c1 = s.proxy.counts()["requests"]
             res.requests_create = counts_diff(c1, c0)
             if pprof is not None:
                 await pprof
+            res.placed = await placements(s.direct, f"{ns}-")
             if idle > 0 and not res.error:
                 # at rest means the burst's own work is done: its Events are written at the
                 # agent's event_qps (100/s), so 5,000 pods' four Events each trail the last
@@ -562,7 +651,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
                 res.idle_cpu = _delta(procstat.cpu_seconds(agent.pid or 0), ia)
                 c1 = s.proxy.counts()["requests"]
                 res.requests_idle = counts_diff(c1, i0)
-            a1, m1 = procstat.cpu_seconds(agent.pid or 0), procstat.cpu_seconds(s.nomad.pid)
+            a1, m1 = procstat.cpu_seconds(agent.pid or 0), s.nomad.cpu_seconds()
 
             async def delete(i: int) -> None:
                 tracker._times(names[i]).delete_sent = time.monotonic()
@@ -587,7 +676,7 @@ async def run_vkgate(s: Session, n: int, round_no: int, *, rate: float, idle: fl
             else:
                 res.purged_wall = purged - t1
             res.agent_cpu_delete = _delta(procstat.cpu_seconds(agent.pid or 0), a1)
-            res.nomad_cpu_delete = _delta(procstat.cpu_seconds(s.nomad.pid), m1)
+            res.nomad_cpu_delete = _delta(s.nomad.cpu_seconds(), m1)
             res.machine_delete, res.who_delete = _machine_since(mach1, who1)
             snap = s.proxy.counts()
             res.requests_delete = counts_diff(snap["requests"], c1)
@@ -619,16 +708,17 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
         max_connections=args.concurrency, max_keepalive_connections=args.concurrency
     )
     ready = asyncio.Event()
-    stream = asyncio.create_task(event_stream(s.proxy.address, book, ready))
+    client = s.nomad.client_kwargs()
+    stream = asyncio.create_task(event_stream(s.proxy.address, book, ready, **client))
     try:
         async with httpx.AsyncClient(
-            base_url=s.proxy.address, timeout=60, limits=limits, trust_env=False
+            base_url=s.proxy.address, timeout=60, limits=limits, **client
         ) as nomad:
             await asyncio.wait_for(ready.wait(), 30)
             await asyncio.sleep(0.5)
             s.proxy.reset()
             c0 = s.proxy.counts()["requests"]
-            m0 = procstat.cpu_seconds(s.nomad.pid)
+            m0 = s.nomad.cpu_seconds()
             ids = [f"{prefix}p{i:04d}" for i in range(n)]
 
             async def register(i: int) -> None:
@@ -649,13 +739,14 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
             res.running_wall = max(book.running.values(), default=t0) - t0
             res.not_running = n - len(book.running)
             res.to_running = book.to_running()
-            res.nomad_cpu_create = _delta(procstat.cpu_seconds(s.nomad.pid), m0)
+            res.nomad_cpu_create = _delta(s.nomad.cpu_seconds(), m0)
             res.machine_create, res.who_create = _machine_since(mach0, who0)
             c1 = s.proxy.counts()["requests"]
             res.requests_create = counts_diff(c1, c0)
             if pprof is not None:
                 await pprof
-            m1 = procstat.cpu_seconds(s.nomad.pid)
+            res.placed = await placements(s.direct, prefix)
+            m1 = s.nomad.cpu_seconds()
 
             async def deregister(i: int) -> None:
                 book.delete_sent[ids[i]] = time.monotonic()
@@ -675,7 +766,7 @@ async def run_floor(s: Session, n: int, round_no: int, *, rate: float) -> NomadR
             res.purged_wall = max(res.gone_wall, t_dereg - t1)
             res.not_gone = n - len(book.terminal)
             res.to_gone = book.to_terminal()
-            res.nomad_cpu_delete = _delta(procstat.cpu_seconds(s.nomad.pid), m1)
+            res.nomad_cpu_delete = _delta(s.nomad.cpu_seconds(), m1)
             res.machine_delete, res.who_delete = _machine_since(mach1, who1)
             snap = s.proxy.counts()
             res.requests_delete = counts_diff(snap["requests"], c1)
@@ -859,6 +950,12 @@ def markdown(
         name = f"round {r.round} {r.kind}" + (f" @ {r.rate:g}/s" if r.mode == "rate" else "")
         out.append(f"- {name}, create: {_top(r.requests_create, r.pods)}")
         out.append(f"- {name}, delete: {_top(r.requests_delete, r.pods)}")
+    if any(len(r.placed) > 1 for r in results):
+        out += ["", "Running allocations by Nomad client once all were Running:", ""]
+        for r in results:
+            name = f"round {r.round} {r.kind}" + (f" @ {r.rate:g}/s" if r.mode == "rate" else "")
+            where = ", ".join(f"{k} {v}" for k, v in sorted(r.placed.items())) or "n/a"
+            out.append(f"- {name}: {where}")
     api = [r for r in results if r.to_running_api]
     if api:
         out += [
@@ -962,6 +1059,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0,
         help="the Nomad server's event_buffer_size, for the floor and vkgate alike (0: 100)",
     )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the e2e cluster's topology (a server, two clients, ACLs, mutual TLS), not a dev agent",
+    )
     p.add_argument("--profile", type=Path, default=None, help="py-spy vkgate over round 1's burst")
     p.add_argument(
         "--nomad-pprof",
@@ -987,34 +1089,83 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--no-burst needs --rate")
     if not 0 <= args.nomad_event_buffer <= 1_000_000:
         p.error("--nomad-event-buffer must be 0 (Nomad's default) .. 1000000")
+    if args.cluster and args.nomad_pprof is not None:
+        p.error("--nomad-pprof needs the dev agent (the cluster's server has no debug endpoints)")
     args.command = " ".join(
         ["python -m bench.nomad_burst", f"--pods {args.pods}", f"--rounds {args.rounds}"]
         + ([f"--rate {args.rate:g} --rate-pods {args.rate_pods}"] if args.rate else [])
         + (["--no-burst"] if args.no_burst else [])
         + ([f"--idle {args.idle:g}"] if args.idle else [])
         + ([f"--nomad-event-buffer {args.nomad_event_buffer}"] if args.nomad_event_buffer else [])
+        + (["--cluster"] if args.cluster else [])
     )
     return args
 
 
+#: How each kind of Nomad is described in a section's header.
+DEV_AGENT = (
+    "one Nomad dev agent (server + client in one process) with mock_driver tasks, task logs "
+    "disabled, 10 MB ephemeral disk per pod; everything on 127.0.0.1 and the same CPUs"
+)
+CLUSTER = (
+    "the e2e cluster's topology (`--cluster`, devstack/nomad_cluster.py): one Nomad server and "
+    "two clients (three processes; the clients on their own addresses in the bench's network "
+    "namespace, placements spread over both), ACLs on — vkgate with a token of the shipped "
+    "least-privilege policy (deploy/nomad/vkgate-policy.hcl), the floor and the harness with "
+    "the management token — and HTTP over mutual TLS (the counting proxy ends and re-makes it, "
+    "for vkgate and the floor alike); mock_driver tasks, task logs disabled, 10 MB ephemeral "
+    "disk per pod; everything on the same CPUs"
+)
+
+
 @contextlib.contextmanager
 def nomad_session(
-    allocs: int, event_buffer_size: int = 0
-) -> Iterator[tuple[NomadAgent, ProxyProcess]]:
-    nomad = launch_nomad(bench_allocs=allocs, event_buffer_size=event_buffer_size)
+    allocs: int, event_buffer_size: int = 0, *, cluster: bool = False
+) -> Iterator[tuple[NomadTarget, ProxyProcess]]:
+    target: NomadTarget
+    if cluster:
+        # each client declares room for half the pods and more (bench_client doubles it)
+        nodes = bench_clients()
+        c = launch_nomad_cluster(
+            clients=nodes,
+            bench_allocs=-(-allocs // len(nodes)),
+            event_buffer_size=event_buffer_size,
+        )
+        stop = c.stop
+        target = NomadTarget(
+            pids=c.pids,
+            workdir=c.workdir,
+            upstream=c.address.removeprefix("https://"),
+            direct_base=c.local_address,
+            token=c.management_token,
+            vkgate_token=c.token,
+            tls=c.tls,
+            server_cert=c.server_cert,
+            describe=CLUSTER,
+        )
+    else:
+        agent = launch_nomad(bench_allocs=allocs, event_buffer_size=event_buffer_size)
+        stop = agent.stop
+        target = NomadTarget(
+            pids=(agent.pid,),
+            workdir=agent.workdir,
+            upstream=agent.address.removeprefix("http://"),
+            direct_base=agent.address,
+            describe=DEV_AGENT,
+        )
     try:
-        proxy = ProxyProcess(nomad.address.removeprefix("http://"), nomad.workdir)
+        proxy = ProxyProcess(target.upstream, target.workdir, target)
         try:
-            yield nomad, proxy
+            yield target, proxy
         finally:
             proxy.stop()
     finally:
-        nomad.stop()
+        stop()
 
 
 async def run_all(
     cp: ControlPlane,
-    nomad: NomadAgent,
+    nomad: NomadTarget,
     proxy: ProxyProcess,
     args: argparse.Namespace,
     workdir: Path,
@@ -1023,7 +1174,9 @@ async def run_all(
     template = await asyncio.to_thread(render_template_job, workdir)
     async with (
         KubeClient.from_kubeconfig(cp.kubeconfig, qps=10_000, burst=10_000) as kube,
-        httpx.AsyncClient(base_url=nomad.address, timeout=60, trust_env=False) as direct,
+        httpx.AsyncClient(
+            base_url=nomad.direct_base, timeout=60, **nomad.client_kwargs()
+        ) as direct,
     ):
         s = Session(cp, nomad, proxy, kube, direct, workdir, template, args)
         plan: list[tuple[int, float]] = []
@@ -1060,16 +1213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     allocs = max(args.pods, args.rate_pods if args.rate else 0)
     with (
         report.control_plane_session() as (cp, workdir),
-        nomad_session(allocs, args.nomad_event_buffer) as (nomad, proxy),
+        nomad_session(allocs, args.nomad_event_buffer, cluster=args.cluster) as (nomad, proxy),
     ):
         results = asyncio.run(run_all(cp, nomad, proxy, args, workdir))
+        describe = nomad.describe
     machine = report.machine_lines(
         load_before=load_before,
         load_after=report.loadavg(),
         extra=[
-            f"binaries: {report.binary_versions('kube-apiserver', 'etcd', 'nomad')}; one Nomad "
-            "dev agent (server + client in one process) with mock_driver tasks, task logs "
-            "disabled, 10 MB ephemeral disk per pod; everything on 127.0.0.1 and the same CPUs",
+            f"binaries: {report.binary_versions('kube-apiserver', 'etcd', 'nomad')}; {describe}",
             f"{args.concurrency} creates/deletes in flight, pods bound by nodeName; "
             f"the whole run took {time.monotonic() - started:.0f} s",
         ],

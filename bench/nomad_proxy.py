@@ -9,8 +9,12 @@ the Nomad floor alike — with no cooperation from either.  It parses only the c
 direction (request line, headers, a ``Content-Length`` or chunked body) and copies the answers
 back byte for byte, so blocking queries and the event stream pass through unchanged.  HTTP/1.1
 clients do not pipeline: each request on a connection follows the previous answer, so one
-upstream connection per client connection keeps them in order.  Plain HTTP only (the bench's
-dev agent has no TLS).
+upstream connection per client connection keeps them in order.
+
+TLS (``--tls-ca``, ``--tls-cert``, ``--tls-key``; the e2e cluster's mutual TLS): the proxy
+serves the given certificate and, as Nomad's ``verify_https_client`` does, asks every client
+for one the CA signed; upstream it connects with TLS too, presenting ``--upstream-cert`` and
+verifying the server by ``--upstream-name``.  It has to end TLS to count requests at all.
 
 The control address answers ``GET /counts`` with JSON ``{"requests": {endpoint: n},
 "connections": now, "connections_max": max since the last reset,
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import ssl
 from collections import Counter
 from collections.abc import Sequence
 from urllib.parse import parse_qs, urlsplit
@@ -121,7 +126,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
+    except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
         pass
     finally:
         with contextlib.suppress(Exception):
@@ -129,8 +134,15 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 class Proxy:
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        upstream_tls: ssl.SSLContext | None = None,
+        upstream_name: str = "",
+    ) -> None:
         self.upstream = upstream
+        self.upstream_tls = upstream_tls
+        self.upstream_name = upstream_name
         self.stats = Stats()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -138,7 +150,14 @@ class Proxy:
         up_w: asyncio.StreamWriter | None = None
         back: asyncio.Task[None] | None = None
         try:
-            up_r, up_w = await asyncio.open_connection(*self.upstream)
+            if self.upstream_tls is None:
+                up_r, up_w = await asyncio.open_connection(*self.upstream)
+            else:
+                up_r, up_w = await asyncio.open_connection(
+                    *self.upstream,
+                    ssl=self.upstream_tls,
+                    server_hostname=self.upstream_name or None,
+                )
             back = asyncio.create_task(_pipe(up_r, writer))
             while True:
                 line = await reader.readline()
@@ -158,7 +177,7 @@ class Proxy:
                 up_w.write(b"".join(raw))
                 await _copy_body(reader, up_w, headers)
                 await up_w.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
             self.stats.closed()  # the client's side is closed: it no longer holds it
@@ -195,9 +214,32 @@ def _hostport(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def serve(listen: str, upstream: str, control: str) -> None:
-    proxy = Proxy(_hostport(upstream))
-    server = await asyncio.start_server(proxy.handle, *_hostport(listen), backlog=1024)
+def tls_contexts(
+    ca: str, cert: str, key: str, upstream_cert: str, upstream_key: str
+) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(the listening side's context, the upstream side's): both verify against ``ca``; the
+    listening side requires a client certificate."""
+    listen = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca)
+    listen.load_cert_chain(cert, key)
+    listen.verify_mode = ssl.CERT_REQUIRED
+    up = ssl.create_default_context(cafile=ca)
+    up.load_cert_chain(upstream_cert, upstream_key)
+    return listen, up
+
+
+async def serve(
+    listen: str,
+    upstream: str,
+    control: str,
+    *,
+    listen_tls: ssl.SSLContext | None = None,
+    upstream_tls: ssl.SSLContext | None = None,
+    upstream_name: str = "",
+) -> None:
+    proxy = Proxy(_hostport(upstream), upstream_tls, upstream_name)
+    server = await asyncio.start_server(
+        proxy.handle, *_hostport(listen), backlog=1024, ssl=listen_tls
+    )
     ctl = await asyncio.start_server(proxy.control, *_hostport(control))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -214,8 +256,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--listen", required=True, help="127.0.0.1:PORT clients connect to")
     p.add_argument("--upstream", required=True, help="Nomad's HTTP address, host:port")
     p.add_argument("--control", required=True, help="127.0.0.1:PORT for /counts and /reset")
+    p.add_argument("--tls-ca", default="", help="CA file: TLS on both sides (mutual)")
+    p.add_argument("--tls-cert", default="", help="the certificate the proxy serves")
+    p.add_argument("--tls-key", default="", help="its key")
+    p.add_argument("--upstream-cert", default="", help="client certificate towards Nomad")
+    p.add_argument("--upstream-key", default="", help="its key")
+    p.add_argument("--upstream-name", default="", help="the server name Nomad's cert carries")
     args = p.parse_args(argv)
-    asyncio.run(serve(args.listen, args.upstream, args.control))
+    tls = (args.tls_cert, args.tls_key, args.upstream_cert, args.upstream_key)
+    if args.tls_ca and not all(tls):
+        p.error("--tls-ca needs --tls-cert, --tls-key, --upstream-cert and --upstream-key")
+    listen_tls, upstream_tls = tls_contexts(args.tls_ca, *tls) if args.tls_ca else (None, None)
+    asyncio.run(
+        serve(
+            args.listen,
+            args.upstream,
+            args.control,
+            listen_tls=listen_tls,
+            upstream_tls=upstream_tls,
+            upstream_name=args.upstream_name,
+        )
+    )
     return 0
 
 

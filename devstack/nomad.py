@@ -96,7 +96,7 @@ def _config(
         "vault": {"enabled": False},
     }
     if bench_allocs:
-        _bench_client(cfg, bench_allocs)
+        bench_client(cfg, bench_allocs)
     if event_buffer_size:
         # index batches a server keeps for event-stream subscribers (Nomad's default: 100);
         # one further behind is dropped (docs/design/nomad.md, "Event stream")
@@ -108,7 +108,7 @@ def _config(
 BENCH_ALLOC_MHZ, BENCH_ALLOC_MB, BENCH_ALLOC_DISK_MB = 10, 16, 16
 
 
-def _bench_client(cfg: dict[str, Any], allocs: int) -> None:
+def bench_client(cfg: dict[str, Any], allocs: int) -> None:
     """A client that declares room for ``allocs`` small allocations (bench/nomad_burst.py).
 
     The benchmark's tasks use ``mock_driver`` (registered in Nomad builds without the
@@ -116,7 +116,9 @@ def _bench_client(cfg: dict[str, Any], allocs: int) -> None:
     agent's process and uses no CPU or memory of its own, so the client *declares* the capacity
     (``cpu_total_compute``, ``memory_total_mb``, ``disk_total_mb``) instead of fingerprinting
     the machine's.  ``gc_max_allocs`` is raised so the client does not garbage-collect
-    (and slow down) while it holds thousands of allocations; the server log at WARN."""
+    (and slow down) while it holds thousands of allocations; the agent's log at WARN.  The
+    e2e cluster's clients take the same settings for the benchmark
+    (``devstack.nomad_cluster.launch_nomad_cluster(bench_allocs=N)``)."""
     client = cfg["client"]
     client["cpu_total_compute"] = max(4000, allocs * BENCH_ALLOC_MHZ * 2)
     client["memory_total_mb"] = max(4096, allocs * BENCH_ALLOC_MB * 2)
@@ -347,7 +349,7 @@ def launch_nomad(
     then runs as root (the socket is root's).  ``network_interface``: the interface whose first
     address the client fingerprints as its own (``vkgate dev --node-ip``/``--netns``).
     ``bench_allocs``: a client declaring room for that many small mock_driver allocations
-    (``_bench_client``; bench/nomad_burst.py).  ``event_buffer_size``: the server setting
+    (``bench_client``; bench/nomad_burst.py).  ``event_buffer_size``: the server setting
     (0: Nomad's default, 100).
     """
     mode = run_as or os.environ.get("VKGATE_NOMAD_RUN_AS", "auto")

@@ -52,7 +52,7 @@ from devstack import netns
 from devstack.certs import CertKey, issue, new_ca
 from devstack.controlplane import binary
 from devstack.docker import PAUSE_IMAGE
-from devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, docker_plugin
+from devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, bench_client, docker_plugin
 from devstack.process import DevstackError, Proc, free_port, wait_for
 
 log = logging.getLogger("vkgate.devstack.nomad_cluster")
@@ -173,7 +173,15 @@ class NomadCluster:
     client_procs: tuple[Proc, ...]
     datacenter: str = DATACENTER
     ready_seconds: float = 0.0
+    #: The server's own certificate and key (a TLS-terminating proxy in front of it serves them:
+    #: bench/nomad_proxy.py).
+    server_cert: CertKey | None = None
     _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The server's and every client's process (their CPU is the cluster's)."""
+        return (self.server.pid, *(p.pid for p in self.client_procs))
 
     @property
     def pid(self) -> int:
@@ -349,8 +357,24 @@ _COMMON: dict[str, Any] = {
 }
 
 
-def _server_config(wd: Path, tls: NomadTLS, cert: CertKey, ports: tuple[int, int, int]) -> str:
+def _server_config(
+    wd: Path,
+    tls: NomadTLS,
+    cert: CertKey,
+    ports: tuple[int, int, int],
+    *,
+    bench: bool = False,
+    event_buffer_size: int = 0,
+) -> str:
     http, rpc, serf = ports
+    server: dict[str, Any] = {"enabled": True, "bootstrap_expect": 1}
+    if event_buffer_size:
+        # docs/design/nomad.md, "Event stream"
+        server["event_buffer_size"] = event_buffer_size
+    if bench:
+        # the benchmark's two clients declare equal room (devstack.nomad.bench_client): spread
+        # places a burst on both instead of filling one first (binpack, Nomad's default)
+        server["default_scheduler_config"] = {"scheduler_algorithm": "spread"}
     cfg = {
         **_COMMON,
         "name": "vkgate-nomad-server",
@@ -358,10 +382,12 @@ def _server_config(wd: Path, tls: NomadTLS, cert: CertKey, ports: tuple[int, int
         "bind_addr": "127.0.0.1",
         "ports": {"http": http, "rpc": rpc, "serf": serf},
         "advertise": {"http": "127.0.0.1", "rpc": "127.0.0.1", "serf": "127.0.0.1"},
-        "server": {"enabled": True, "bootstrap_expect": 1},
+        "server": server,
         "client": {"enabled": False},
         "tls": _tls_block(tls, cert),
     }
+    if bench:
+        cfg["log_level"] = "WARN"
     return json.dumps(cfg, indent=2)
 
 
@@ -375,6 +401,7 @@ def _client_config(
     server_rpc: str,
     ports: tuple[int, int, int],
     docker_host: str | None,
+    bench_allocs: int = 0,
 ) -> str:
     http, rpc, serf = ports
     plugins: dict[str, Any] = {"raw_exec": {"config": {"enabled": True}}}
@@ -429,6 +456,8 @@ def _client_config(
         "plugin": plugins,
         "tls": _tls_block(tls, cert),
     }
+    if bench_allocs:
+        bench_client(cfg, bench_allocs)
     return json.dumps(cfg, indent=2)
 
 
@@ -516,6 +545,24 @@ def default_clients() -> tuple[NomadClientNode, ...]:
     )
 
 
+def bench_clients() -> tuple[NomadClientNode, ...]:
+    """The benchmark's two clients (bench/nomad_burst.py ``--cluster``): the e2e clients'
+    addresses, both in the default node pool (so a burst lands on both), raw_exec only (the
+    bench's tasks run on mock_driver, which needs no plugin block), no host volumes."""
+    return tuple(
+        NomadClientNode(
+            f"vkgate-bench-c{i + 1}",
+            ip,
+            "bench",
+            {"vkgate-client": f"c{i + 1}"},
+            ("raw_exec",),
+            bridge=f"vkbr{i + 1}",
+            bridge_subnet=BRIDGE_SUBNETS[i],
+        )
+        for i, ip in enumerate(CLIENT_IPS)
+    )
+
+
 def launch_nomad_cluster(
     *,
     docker_host: str | None = None,
@@ -523,10 +570,16 @@ def launch_nomad_cluster(
     workdir: Path | None = None,
     timeout: float = 120.0,
     policy: str | None = None,
+    bench_allocs: int = 0,
+    event_buffer_size: int = 0,
 ) -> NomadCluster:
     """Start the server and the clients, bootstrap ACLs, apply the shipped policy and wait for
     every client to be ready; the caller must ``stop()`` it.  ``policy``: ACL rules for vkgate's
-    token instead of the shipped file (a test of a narrower policy)."""
+    token instead of the shipped file (a test of a narrower policy).  ``bench_allocs``: each
+    client declares room for that many small mock_driver allocations
+    (``devstack.nomad.bench_client``), the server spreads placements and every agent logs at
+    WARN (bench/nomad_burst.py ``--cluster``, with ``bench_clients()``).
+    ``event_buffer_size``: the server setting (0: Nomad's default, 100)."""
     if not netns.isolated():
         raise DevstackError(
             "the Nomad cluster needs the e2e network namespace for its client addresses "
@@ -547,7 +600,16 @@ def launch_nomad_cluster(
         sports = (free_port(), free_port(), free_port())
         swd = wd / "server"
         swd.mkdir(parents=True)
-        (swd / "agent.json").write_text(_server_config(swd, tls, server_cert, sports))
+        (swd / "agent.json").write_text(
+            _server_config(
+                swd,
+                tls,
+                server_cert,
+                sports,
+                bench=bench_allocs > 0,
+                event_buffer_size=event_buffer_size,
+            )
+        )
         server = Proc(
             "nomad server",
             [str(exe), "agent", f"-config={swd / 'agent.json'}"],
@@ -582,6 +644,7 @@ def launch_nomad_cluster(
                     server_rpc=f"127.0.0.1:{sports[1]}",
                     ports=ports,
                     docker_host=docker_host,
+                    bench_allocs=bench_allocs,
                 )
             )
             procs.append(
@@ -614,6 +677,7 @@ def launch_nomad_cluster(
             server=server,
             client_procs=tuple(procs[1:]),
             ready_seconds=time.monotonic() - started,
+            server_cert=server_cert,
         )
     except BaseException:
         for proc in reversed(procs):

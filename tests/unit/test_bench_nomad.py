@@ -381,3 +381,131 @@ async def test_at_rest_waits_for_the_bursts_events_to_be_written() -> None:
             return {"metadata": {"remainingItemCount": self.n}, "items": [{}]}
 
     assert await nomad_burst.events_settled(Growing(), "ns", bound=0.05, poll=0.01) is None
+
+
+# --------------------------------------------------------------------------- --cluster
+
+
+async def test_the_proxy_ends_and_remakes_mutual_tls_and_still_counts(tmp_path: Path) -> None:
+    """The e2e cluster speaks HTTP over mutual TLS: the proxy serves the server's certificate,
+    refuses a client without one the CA signed, and presents its own client certificate
+    upstream, verifying the server by its name — and counts what passes."""
+    import ssl
+
+    from devstack.certs import issue, new_ca
+
+    ca = new_ca(tmp_path, "ca", "bench-ca")
+    server = issue(
+        ca, tmp_path, "server", cn="server.global.nomad", dns=("server.global.nomad",), server=True
+    )
+    client = issue(ca, tmp_path, "client", cn="bench", client=True)
+    up_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca.files.cert))
+    up_ctx.load_cert_chain(str(server.cert), str(server.key))
+    up_ctx.verify_mode = ssl.CERT_REQUIRED  # Nomad's verify_https_client
+    upstream = await asyncio.start_server(_upstream, "127.0.0.1", 0, ssl=up_ctx)
+    up_port = upstream.sockets[0].getsockname()[1]
+    listen_ctx, remake_ctx = nomad_proxy.tls_contexts(
+        str(ca.files.cert), str(server.cert), str(server.key), str(client.cert), str(client.key)
+    )
+    proxy = nomad_proxy.Proxy(("127.0.0.1", up_port), remake_ctx, "server.global.nomad")
+    front = await asyncio.start_server(proxy.handle, "127.0.0.1", 0, ssl=listen_ctx)
+    port = front.sockets[0].getsockname()[1]
+    target = nomad_burst.NomadTarget(
+        pids=(os.getpid(),),
+        workdir=tmp_path,
+        upstream=f"127.0.0.1:{up_port}",
+        direct_base="",
+        token="mgmt",
+        tls=nomad_burst.NomadTLS(ca.files.cert, client.cert, client.key),
+        server_cert=server,
+    )
+    async with upstream, front:
+        base = f"https://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, **target.client_kwargs()) as c:
+            r = await c.post("/v1/jobs", json={"Job": {"ID": "j"}})
+            assert r.json()["line"] == "POST /v1/jobs HTTP/1.1"
+            assert c.headers["X-Nomad-Token"] == "mgmt"
+        no_cert = ssl.create_default_context(cafile=str(ca.files.cert))
+        no_cert.check_hostname = False
+        async with httpx.AsyncClient(base_url=base, verify=no_cert, trust_env=False) as c:
+            with pytest.raises(httpx.HTTPError):
+                await c.get("/v1/jobs")
+        await asyncio.sleep(0.1)
+    assert proxy.stats.requests == Counter({"POST /v1/jobs": 1})
+    assert target.cpu_seconds() is not None
+
+
+def test_cluster_settings_give_vkgate_the_policy_token_and_mutual_tls(tmp_path: Path) -> None:
+    tls = nomad_burst.NomadTLS(tmp_path / "ca.crt", tmp_path / "c.crt", tmp_path / "c.key")
+    target = nomad_burst.NomadTarget(
+        pids=(1,),
+        workdir=tmp_path,
+        upstream="127.0.0.1:1",
+        direct_base="https://localhost:1",
+        token="mgmt",
+        vkgate_token="least",
+        tls=tls,
+    )
+
+    class _Proxy:
+        address = "https://127.0.0.1:9"
+
+    s = nomad_burst.Session(
+        None,  # type: ignore[arg-type]
+        target,
+        _Proxy(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        tmp_path,
+        {},
+        nomad_burst.parse_args(["--cluster"]),
+    )
+    nomad = nomad_burst.vkgate_settings(s, 10)["backend"]["nomad"]
+    assert nomad["address"] == "https://127.0.0.1:9"
+    assert nomad["token"] == "least", "vkgate runs with the shipped policy's token, not management"
+    assert nomad["tls_server_name"] == "server.global.nomad"
+    assert (nomad["ca_cert"], nomad["client_cert"], nomad["client_key"]) == (
+        str(tls.ca_file),
+        str(tls.cert_file),
+        str(tls.key_file),
+    )
+    dev = nomad_burst.NomadTarget(pids=(1,), workdir=tmp_path, upstream="x:1", direct_base="")
+    s.nomad = dev
+    plain = nomad_burst.vkgate_settings(s, 10)["backend"]["nomad"]
+    assert "token" not in plain and "ca_cert" not in plain
+    assert dev.client_kwargs() == {"verify": True, "headers": {}, "trust_env": False}
+
+
+def test_the_cluster_option_is_named_and_excludes_pprof() -> None:
+    args = nomad_burst.parse_args(["--cluster", "--pods", "10"])
+    assert args.cluster and args.command.endswith("--cluster")
+    assert not nomad_burst.parse_args([]).cluster
+    with pytest.raises(SystemExit):
+        nomad_burst.parse_args(["--cluster", "--nomad-pprof", "/tmp/x"])
+
+
+async def test_placements_count_running_allocations_of_the_runs_jobs_by_client() -> None:
+    allocs = [
+        {"JobID": "nb-1-p0", "NodeName": "c1", "ClientStatus": "running"},
+        {"JobID": "nb-1-p1", "NodeName": "c2", "ClientStatus": "running"},
+        {"JobID": "nb-1-p2", "NodeName": "c2", "ClientStatus": "running"},
+        {"JobID": "nb-1-p3", "NodeName": "c1", "ClientStatus": "pending"},
+        {"JobID": "other-p0", "NodeName": "c1", "ClientStatus": "running"},
+    ]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/allocations"
+        return httpx.Response(200, json=allocs)
+
+    async with httpx.AsyncClient(
+        base_url="http://nomad.test", transport=httpx.MockTransport(answer)
+    ) as c:
+        assert await nomad_burst.placements(c, "nb-1-") == {"c1": 1, "c2": 2}
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500)
+
+    async with httpx.AsyncClient(
+        base_url="http://nomad.test", transport=httpx.MockTransport(broken)
+    ) as c:
+        assert await nomad_burst.placements(c, "nb-1-") == {}

@@ -78,3 +78,38 @@ def test_only_the_clusters_own_leases_are_released(tmp_path: Path) -> None:
     ]
     assert nc.release_leases(set(), leases) == []
     assert nc.release_leases({"x"}, tmp_path / "missing") == []
+
+
+def test_the_bench_cluster_declares_room_on_both_clients_and_spreads(tmp_path: Path) -> None:
+    """bench/nomad_burst.py --cluster: two clients in the default pool, each declaring room for
+    its share of small mock_driver allocations; the server spreads a burst over both, keeps the
+    asked event buffer, and every agent logs at WARN."""
+    nodes = nc.bench_clients()
+    assert len(nodes) == 2 and {n.node_pool for n in nodes} == {"default"}
+    assert len({n.ip for n in nodes}) == 2 and len({n.bridge for n in nodes}) == 2
+    tls = nc.NomadTLS(tmp_path / "ca.pem", tmp_path / "c.pem", tmp_path / "c.key")
+    cert = CertKey(tmp_path / "a.pem", tmp_path / "a.key")
+    client = json.loads(
+        nc._client_config(
+            tmp_path,
+            tls,
+            cert,
+            nodes[0],
+            interface="vkn1",
+            server_rpc="127.0.0.1:1",
+            ports=(1, 2, 3),
+            docker_host=None,
+            bench_allocs=2500,
+        )
+    )
+    assert client["client"]["memory_total_mb"] >= 2500 * 16
+    assert client["client"]["gc_max_allocs"] >= 2500
+    assert client["log_level"] == "WARN" and client["acl"] == {"enabled": True}
+    server = json.loads(
+        nc._server_config(tmp_path, tls, cert, (1, 2, 3), bench=True, event_buffer_size=10_000)
+    )
+    assert server["server"]["default_scheduler_config"] == {"scheduler_algorithm": "spread"}
+    assert server["server"]["event_buffer_size"] == 10_000 and server["log_level"] == "WARN"
+    plain = json.loads(nc._server_config(tmp_path, tls, cert, (1, 2, 3)))
+    assert plain["server"] == {"enabled": True, "bootstrap_expect": 1}
+    assert plain["log_level"] == "INFO"
