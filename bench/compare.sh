@@ -5,8 +5,8 @@
 # 2 cores.  Run from the repository root, with the bench extra installed (pip install -e '.[bench]'):
 #     bash bench/compare.sh              # everything
 #     bash bench/compare.sh --no-nomad   # the simulated backend only (~35 min)
-#     bash bench/compare.sh --nomad      # the Nomad comparison only (~10 min)
-#     NOMAD_LARGE=1 bash bench/compare.sh --nomad   # and 2,000 and 5,000 pods through Nomad (+ ~25 min)
+#     bash bench/compare.sh --nomad      # the Nomad comparison only (~16 min)
+#     NOMAD_LARGE=1 bash bench/compare.sh --nomad   # and 2,000 and 5,000 pods through Nomad (+ ~60 min)
 set -uo pipefail  # a run that reports errors (e.g. a timed-out agent) does not stop the rest
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-/tmp/vkgate-bench}
@@ -51,12 +51,19 @@ if [ "$NOMAD" = 1 ]; then
   nomad --pods 300 --json "$OUT/nomad-300.json" --section nomad_burst_300 --write-docs
   nomad --pods 1000 --rate 20 --rate-pods 1000 --idle 30 --profile "$OUT" \
       --json "$OUT/nomad-1000.json" --section nomad_burst_1000 --write-docs
+  # The same on the e2e cluster's topology: a server and two clients, ACLs (vkgate with the
+  # shipped policy's token), mutual TLS.
+  nomad --pods 1000 --rate 20 --rate-pods 1000 --idle 30 --cluster --label cluster \
+      --json "$OUT/nomad-1000-cluster.json" --section nomad_burst_1000_cluster --write-docs
   if [ "${NOMAD_LARGE:-0}" = 1 ]; then
-    # 2,000 and 5,000 with 60 s of steady state (5,000: ~15 min on a quiet machine)
+    # 2,000 and 5,000 with 60 s of steady state (5,000: ~15 min on a quiet machine; on the
+    # cluster ~30 min)
     nomad --pods 2000 --idle 60 --timeout 900 --json "$OUT/nomad-2000.json" \
         --section nomad_burst_2000 --write-docs
     nomad --pods 5000 --idle 60 --timeout 900 --json "$OUT/nomad-5000.json" \
         --section nomad_burst_5000 --write-docs
+    nomad --pods 5000 --idle 90 --timeout 1500 --cluster --label cluster \
+        --json "$OUT/nomad-5000-cluster.json" --section nomad_burst_5000_cluster --write-docs
   fi
 fi
 "$PY" -m bench.plots "$OUT"/*.json --out docs/bench

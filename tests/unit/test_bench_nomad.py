@@ -509,3 +509,25 @@ async def test_placements_count_running_allocations_of_the_runs_jobs_by_client()
         base_url="http://nomad.test", transport=httpx.MockTransport(broken)
     ) as c:
         assert await nomad_burst.placements(c, "nb-1-") == {}
+
+
+async def test_the_floor_sends_again_what_nomad_refused_with_429() -> None:
+    answers = iter([429, 429, 200])
+    sent = 0
+
+    async def send() -> httpx.Response:
+        nonlocal sent
+        sent += 1
+        return httpx.Response(next(answers))
+
+    r = await nomad_burst.patient(send, pause=0)
+    assert r.status_code == 200 and sent == 3
+
+    async def refused() -> httpx.Response:
+        nonlocal sent
+        sent += 1
+        return httpx.Response(429)
+
+    sent = 0
+    assert (await nomad_burst.patient(refused, tries=3, pause=0)).status_code == 429
+    assert sent == 3, "bounded: the last answer is returned, not retried forever"
