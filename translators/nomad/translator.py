@@ -106,14 +106,33 @@ TERMINAL = frozenset({"complete", "failed", "lost"})
 MAX_NODE_CLAUSES = 32
 
 
+#: While this node's own jobs change (a burst of its pods), seconds a list of the other jobs'
+#: allocations is used before the next (docs/design/nomad.md, "Capacity"): each of its own
+#: allocations moves the allocation index, and each list is every other job's allocation on
+#: the eligible clients.
+HELD_MAX_AGE = 60.0
+
+
 @dataclasses.dataclass(frozen=True)
 class HeldList:
     """An answer of the other-jobs allocation list and what it was asked under."""
 
     index: int  # the allocation table's X-Nomad-Index
     clients: tuple[str, ...]  # the eligible client IDs
-    ours: frozenset[tuple[str, str]]  # (namespace, job ID) of this node's own jobs
-    held: dict[str, cap.Held]  # NodeID → what the other jobs hold there
+    at: float  # when it was listed (the translator's monotonic clock)
+    ours: frozenset[tuple[str, str]]  # (namespace, job ID) of this node's own jobs then
+    #: (namespace, job ID, NodeID, what it holds) of each allocation of a job that was not
+    #: this node's when listed
+    others: tuple[tuple[str, str, str, cap.Held], ...]
+
+    def held(self, ours: frozenset[tuple[str, str]]) -> dict[str, cap.Held]:
+        """NodeID → what the listed allocations hold, leaving out jobs that are this node's
+        now (one registered while the list was answered is not another job's)."""
+        out: dict[str, cap.Held] = {}
+        for namespace, job, node, held in self.others:
+            if (namespace, job) not in ours:
+                out.setdefault(node, cap.Held()).add(held)
+        return out
 
 
 def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[str]:
@@ -324,8 +343,12 @@ class NomadTranslator:
 
         The list is what the node's status loop costs at rest (5,000 allocations decoded every
         10 s), so a probe of one stub (``per_page=1``) comes first: its ``X-Nomad-Index`` is
-        the allocation table's, and while it, the eligible clients and the own jobs are those
-        of the last list, that list's answer still holds (docs/design/nomad.md, "Capacity")."""
+        the allocation table's, and while it and the eligible clients are those of the last
+        list, that list's answer still holds.  While this node's own jobs change, a list
+        younger than ``HELD_MAX_AGE`` holds without a probe: each own allocation moves the
+        index, so in a burst of its pods the probe would call for a list every time.  Own jobs
+        are left out of the answer when it is used, so one registered while the list was
+        answered is not counted as another's (docs/design/nomad.md, "Capacity")."""
         ids = tuple(
             sorted(str(n["ID"]) for n in nodes if n.get("ID") and cap.eligible(n, self.config))
         )
@@ -336,8 +359,11 @@ class NomadTranslator:
                 await self._refresh(region, ns_param)
         ours = frozenset((k[1], k[2]) for k in self.book.views)
         last = self._held_last
+        now = self.clock.monotonic()
         try:
-            if last is not None and last.clients == ids and last.ours == ours:
+            if last is not None and last.clients == ids:
+                if last.ours != ours and now - last.at < HELD_MAX_AGE:
+                    return last.held(ours)
                 probe = await self.client.call(
                     "GET",
                     "/allocations",
@@ -345,7 +371,7 @@ class NomadTranslator:
                     namespace="*",
                 )
                 if probe.index and probe.index == last.index:
-                    return last.held
+                    return last.held(ours)
             where = cap.HELD_FILTER
             if len(ids) <= MAX_NODE_CLAUSES:
                 where += " and (" + " or ".join(f'NodeID == "{i}"' for i in ids) + ")"
@@ -359,14 +385,14 @@ class NomadTranslator:
             log.warning("nomad: other jobs' allocations unreadable, not subtracted: %s", exc)
             return {}
         eligible = set(ids)
-        held = cap.held_per_node(
-            a
-            for a in reply.data or []
-            if str(a.get("NodeID")) in eligible
-            and (str(a.get("Namespace") or "default"), str(a.get("JobID"))) not in ours
-        )
-        self._held_last = HeldList(reply.index, ids, ours, held)
-        return held
+        others: list[tuple[str, str, str, cap.Held]] = []
+        for a in reply.data or []:
+            node = str(a.get("NodeID") or "")
+            key = (str(a.get("Namespace") or "default"), str(a.get("JobID")))
+            if node in eligible and key not in ours and cap.holds_resources(a):
+                others.append((*key, node, cap.held_by(a)))
+        self._held_last = HeldList(reply.index, ids, now, ours, tuple(others))
+        return self._held_last.held(ours)
 
     async def node_info(self) -> NodeInfo:
         nodes = await self._nodes()

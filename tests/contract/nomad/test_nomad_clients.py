@@ -14,6 +14,8 @@ import respx
 from nomad_fixtures import ADDRESS, MakeTranslator, captured
 
 from translators.nomad.capacity import HELD_FILTER
+from translators.nomad.status import JobView
+from translators.nomad.translator import HELD_MAX_AGE
 
 pytestmark = pytest.mark.contract
 
@@ -81,6 +83,15 @@ def foreign(node_id: str, *, mhz: int, mem: int, ns: str = "other-team") -> dict
     }
 
 
+class _Ticking:
+    """The translator's monotonic clock, moved by the test."""
+
+    t = 1000.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+
 def ok(data: Any, index: int = 10) -> httpx.Response:
     return httpx.Response(200, json=data, headers={"X-Nomad-Index": str(index)})
 
@@ -124,6 +135,8 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
     held = [own, foreign(C1, mhz=1000, mem=1024), foreign(C3, mhz=4000, mem=4096)]
     table = {"index": 10}  # the allocation table's index (X-Nomad-Index of every list)
     t = await make_translator()
+    clock = _Ticking()
+    t.clock = clock
     with respx.mock(base_url=ADDRESS) as nomad:
         nomad.get("/v1/nodes").mock(return_value=ok(nodes))
         jobs = nomad.get("/v1/jobs").mock(return_value=ok([job1]))
@@ -151,6 +164,7 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
         )
         assert params["filter"] == f'{HELD_FILTER} and (NodeID == "{C1}" or NodeID == "{C2}")'
         # at rest: a one-stub probe shows the same allocation index, the last list still holds
+        clock.t += 10
         before = len(nomad.calls)
         assert await t.capacity() == cap
         calls = [c.request for c in nomad.calls[before:]]
@@ -159,19 +173,38 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
         # another team's allocation grows: the index moves, so the probe is followed by the list
         held[1] = foreign(C1, mhz=2000, mem=1024)
         table["index"] = 11
+        clock.t += 10
         before = len(nomad.calls)
         moved = await t.capacity()
         assert moved.cpu_millis == (8000 - 2000) * 1000 // 2000
         calls = [c.request for c in nomad.calls[before:]]
         assert [c.url.path for c in calls] == ["/v1/nodes", "/v1/allocations", "/v1/allocations"]
         assert calls[2].url.params["filter"] == params["filter"]
-        # a new own job (the job book changed) is a new list even at the same index
-        t.book.views.clear()
+        # a burst of this node's own pods: each of its allocations moves the index, so while
+        # its own jobs change a list younger than HELD_MAX_AGE holds and nothing is asked
+        own2 = JobView.from_job({**job1, "ID": "default-web-2-00000000"})
+        t.book.views[("", "default", own2.job_id)] = own2
+        held[1] = foreign(C1, mhz=3000, mem=1024)
+        table["index"] = 12
+        clock.t += 10
         before = len(nomad.calls)
-        await t.capacity()
+        assert await t.capacity() == moved
+        assert [c.request.url.path for c in nomad.calls[before:]] == ["/v1/nodes"]
+        # ... and an older one is probed and listed again
+        clock.t += HELD_MAX_AGE
+        before = len(nomad.calls)
+        assert (await t.capacity()).cpu_millis == (8000 - 3000) * 1000 // 2000
         calls = [c.request for c in nomad.calls[before:]]
-        assert [c.url.path for c in calls] == ["/v1/nodes", "/v1/allocations"]
-        assert "filter" in calls[1].url.params
+        assert [c.url.path for c in calls] == ["/v1/nodes", "/v1/allocations", "/v1/allocations"]
+        # own jobs are left out when the list is used: a job listed as another's that is this
+        # node's now (registered while the list was answered) holds nothing here
+        t.book.views[("", "other-team", "etl")] = JobView.from_job(
+            {**job1, "ID": "etl", "Namespace": "other-team"}
+        )
+        clock.t += 10
+        before = len(nomad.calls)
+        assert (await t.capacity()).cpu_millis == 8000 * 1000 // 2000
+        assert [c.request.url.path for c in nomad.calls[before:]] == ["/v1/nodes"]
 
 
 async def test_unreadable_allocations_leave_the_clients_whole(
