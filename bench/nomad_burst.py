@@ -5,7 +5,10 @@ Run: ``python -m devstack.netns -- python -m bench.nomad_burst [--pods 1000] [--
 
 One etcd + kube-apiserver (``devstack.controlplane``) and one Nomad 1.6.3 dev agent
 (``devstack.nomad.launch_nomad(bench_allocs=N)``: a client declaring room for N small
-allocations, log level WARN) serve every run, all on 127.0.0.1.  A counting proxy
+allocations, log level WARN) serve every run, all on 127.0.0.1 — or, with ``--cluster``, the
+e2e tier's Nomad topology (``devstack.nomad_cluster``: a server and two clients on their own
+addresses in the bench's network namespace, ACLs on with vkgate on the shipped policy's token,
+HTTP over mutual TLS; ``NomadTarget`` says which).  A counting proxy
 (``bench.nomad_proxy``, a child process) sits in front of Nomad; vkgate and the floor both talk
 to Nomad through it, so both are counted the same way.  Pods and jobs use the benchmark's
 template ``bench/job_templates/nomad/mock_driver.j2``: every task on ``mock_driver`` running for

@@ -262,6 +262,8 @@ class NomadTranslator:
         #: The last other-jobs allocation list: reused while a one-stub probe shows the same
         #: allocation index (``_held``).
         self._held_last: HeldList | None = None
+        #: when an event last changed one of this node's jobs or allocations (``_held``)
+        self._own_changed_at = float("-inf")
         self._purges: dict[Key, asyncio.Task[None]] = {}
         #: Jobs whose purge this process has sent and not yet seen answered.
         self._stopping: set[Key] = set()
@@ -344,11 +346,12 @@ class NomadTranslator:
         The list is what the node's status loop costs at rest (5,000 allocations decoded every
         10 s), so a probe of one stub (``per_page=1``) comes first: its ``X-Nomad-Index`` is
         the allocation table's, and while it and the eligible clients are those of the last
-        list, that list's answer still holds.  While this node's own jobs change, a list
-        younger than ``HELD_MAX_AGE`` holds without a probe: each own allocation moves the
-        index, so in a burst of its pods the probe would call for a list every time.  Own jobs
-        are left out of the answer when it is used, so one registered while the list was
-        answered is not counted as another's (docs/design/nomad.md, "Capacity")."""
+        list, that list's answer still holds.  While this node's own jobs or their allocations
+        change (its job book, or an event on one of them since the list), a list younger than
+        ``HELD_MAX_AGE`` holds without a probe: each own allocation moves the index, so in a
+        burst of its pods the probe would call for a list every time.  Own jobs are left out of
+        the answer when it is used, so one registered while the list was answered is not
+        counted as another's (docs/design/nomad.md, "Capacity")."""
         ids = tuple(
             sorted(str(n["ID"]) for n in nodes if n.get("ID") and cap.eligible(n, self.config))
         )
@@ -362,7 +365,8 @@ class NomadTranslator:
         now = self.clock.monotonic()
         try:
             if last is not None and last.clients == ids:
-                if last.ours != ours and now - last.at < HELD_MAX_AGE:
+                busy = last.ours != ours or self._own_changed_at >= last.at
+                if busy and now - last.at < HELD_MAX_AGE:
                     return last.held(ours)
                 probe = await self.client.call(
                     "GET",
@@ -961,6 +965,8 @@ class NomadTranslator:
         touched, deleted = await self.book.apply_events(
             events, region=region, view_for=self._view_for
         )
+        if touched or deleted:
+            self._own_changed_at = self.clock.monotonic()  # ``_held``
         self._wake_stopped(touched)
         await self._fill_node_ips(touched)
         await self._record_run_ends(touched)

@@ -196,6 +196,17 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
         assert (await t.capacity()).cpu_millis == (8000 - 3000) * 1000 // 2000
         calls = [c.request for c in nomad.calls[before:]]
         assert [c.url.path for c in calls] == ["/v1/nodes", "/v1/allocations", "/v1/allocations"]
+        # ... and so does one while its own allocations change (their events move the index)
+        started = {**own, "ModifyIndex": int(own.get("ModifyIndex") or 0) + 1}
+        changed, _ = await t._apply_events(
+            [{"Topic": "Allocation", "Payload": {"Allocation": started}}], ""
+        )
+        assert changed
+        table["index"] = 13
+        clock.t += 10
+        before = len(nomad.calls)
+        await t.capacity()
+        assert "/v1/allocations" not in [c.request.url.path for c in nomad.calls[before:]]
         # own jobs are left out when the list is used: a job listed as another's that is this
         # node's now (registered while the list was answered) holds nothing here
         t.book.views[("", "other-team", "etl")] = JobView.from_job(
