@@ -150,14 +150,11 @@ class Proxy:
         up_w: asyncio.StreamWriter | None = None
         back: asyncio.Task[None] | None = None
         try:
-            if self.upstream_tls is None:
-                up_r, up_w = await asyncio.open_connection(*self.upstream)
-            else:
-                up_r, up_w = await asyncio.open_connection(
-                    *self.upstream,
-                    ssl=self.upstream_tls,
-                    server_hostname=self.upstream_name or None,
-                )
+            up_r, up_w = await asyncio.open_connection(
+                *self.upstream,
+                ssl=self.upstream_tls,
+                server_hostname=(self.upstream_name or None) if self.upstream_tls else None,
+            )
             back = asyncio.create_task(_pipe(up_r, writer))
             while True:
                 line = await reader.readline()

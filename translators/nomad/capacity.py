@@ -165,13 +165,19 @@ def holds_resources(alloc: Mapping[str, Any]) -> bool:
     return alloc.get("DesiredStatus", "run") == "run" and alloc.get("ClientStatus") not in _TERMINAL
 
 
+def per_node(held: Iterable[tuple[str, Held]]) -> dict[str, Held]:
+    """NodeID → the sum of what each (NodeID, Held) pair holds there."""
+    out: dict[str, Held] = {}
+    for node, one in held:
+        out.setdefault(node, Held()).add(one)
+    return out
+
+
 def held_per_node(allocs: Iterable[Mapping[str, Any]]) -> dict[str, Held]:
     """NodeID → what the given (non-terminal) allocations hold there."""
-    out: dict[str, Held] = {}
-    for a in allocs:
-        if a.get("NodeID") and holds_resources(a):
-            out.setdefault(str(a["NodeID"]), Held()).add(held_by(a))
-    return out
+    return per_node(
+        (str(a["NodeID"]), held_by(a)) for a in allocs if a.get("NodeID") and holds_resources(a)
+    )
 
 
 def _free(total: Any, reserved: Any, held: int) -> int:

@@ -128,11 +128,11 @@ class HeldList:
     def held(self, ours: frozenset[tuple[str, str]]) -> dict[str, cap.Held]:
         """NodeID → what the listed allocations hold, leaving out jobs that are this node's
         now (one registered while the list was answered is not another job's)."""
-        out: dict[str, cap.Held] = {}
-        for namespace, job, node, held in self.others:
-            if (namespace, job) not in ours:
-                out.setdefault(node, cap.Held()).add(held)
-        return out
+        return cap.per_node(
+            (node, held)
+            for namespace, job, node, held in self.others
+            if (namespace, job) not in ours
+        )
 
 
 def job_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> set[str]:
