@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,16 @@ def default_settings(cp: ControlPlane, workdir: Path, node_name: str) -> dict[st
             "simulated": {"state_file": str(workdir / "simulated-state.json"), "start_delay": 0.2},
         },
     }
+
+
+#: Every ``GatewayProcess`` started in this interpreter (``live_node_names``).
+_STARTED: weakref.WeakSet[GatewayProcess] = weakref.WeakSet()
+
+
+def live_node_names() -> set[str]:
+    """The virtual nodes a gateway process started here still serves (its process is alive):
+    a shared backend's clean-up between tests leaves their workloads alone."""
+    return {n for gw in list(_STARTED) if gw.alive() for n in gw.node_names}
 
 
 class GatewayProcess:
@@ -146,6 +157,7 @@ class GatewayProcess:
         self.starts += 1
         with self.log_path.open("a") as fh:
             fh.write(f"----- start #{self.starts} at {time.strftime('%H:%M:%S')} -----\n")
+        _STARTED.add(self)
         self.proc = Proc(
             f"vkgate[{self.node_name}]",
             [sys.executable, "-m", "gateway.cli", "run", "-c", str(self.config_path)],

@@ -40,8 +40,9 @@ import ssl
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,23 @@ class NomadCluster:
             if node.get("Name") == client.name:
                 return node
         raise DevstackError(f"nomad client {client.name} is not registered")
+
+    def purge_vkgate_jobs(self, *, keep: Collection[str]) -> list[str]:
+        """Purge every vkgate job (``Meta vkgate.io/owner=vkgate``) whose ``vkgate.node`` is
+        not in ``keep``; returns ``namespace/job`` of each.  The e2e tier calls it between
+        tests with the nodes whose gateway still runs: a stopped gateway's jobs would otherwise
+        hold the shared clients' CPU and memory for every later test."""
+        purged: list[str] = []
+        jobs = self.get("/v1/jobs?namespace=*&meta=true") or []
+        for job in jobs:
+            meta = job.get("Meta") or {}
+            if meta.get("vkgate.io/owner") != "vkgate" or meta.get("vkgate.node") in keep:
+                continue
+            ns, jid = str(job["Namespace"]), str(job["ID"])
+            path = f"/v1/job/{urllib.parse.quote(jid, safe='')}"
+            self.request("DELETE", f"{path}?purge=true&namespace={urllib.parse.quote(ns)}")
+            purged.append(f"{ns}/{jid}")
+        return purged
 
     def stop(self) -> None:
         """Stop the clients (their tasks too), then the server, and remove the dirs."""

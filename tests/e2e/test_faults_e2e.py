@@ -170,7 +170,7 @@ def test_nomad_state_loss_reruns_always_and_onfailure_fails_never(
     never = pods(kubectl, ns)["n0"]["status"]
     assert "restartPolicy Never" in never["message"]
     events = json.loads(kubectl("get", "events", "-n", ns, "-o", "json").stdout)["items"]
-    assert {e["involvedObject"]["name"] for e in events if e["reason"] == "WorkloadLost"} == {
+    assert {e["involvedObject"].get("name") for e in events if e["reason"] == "WorkloadLost"} == {
         "a0",
         "a1",
         "a2",

@@ -59,7 +59,7 @@ def get_pods_status(kubectl: Any, name: str) -> str:
 
 def warning_events(kubectl: Any, name: str) -> list[dict[str, Any]]:
     evs = json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]
-    return [e for e in evs if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
+    return [e for e in evs if e["involvedObject"].get("name") == name and e["type"] == "Warning"]
 
 
 def start(gw: GatewayProcess) -> GatewayProcess:
@@ -246,8 +246,16 @@ def test_missing_image_is_errimagepull_then_imagepullbackoff_with_nomads_words(
     assert waiting["message"].startswith(f"Driver Failure: Failed to pull `{MISSING_IMAGE}`")
     assert get_pods_status(kubectl, name) == "ImagePullBackOff"
     assert pod(kubectl, name)["status"]["phase"] == "Pending"
-    failed = [e["message"] for e in warning_events(kubectl, name) if e["reason"] == "Failed"]
-    assert any("Driver Failure: Failed to pull" in m for m in failed), failed
+    # Events are written after the status (their own queue and budget): wait for it
+    wait_until(
+        f"{name}'s Failed Event naming the pull",
+        lambda: any(
+            "Driver Failure: Failed to pull" in e["message"]
+            for e in warning_events(kubectl, name)
+            if e["reason"] == "Failed"
+        ),
+        timeout=15,
+    )
     kubectl("delete", "pod", name, "--wait=false")
 
 
@@ -286,6 +294,10 @@ def test_a_process_that_never_started_is_not_exit_code_1(
     assert 'binary "/nonexistent/bin" could not be found' in t["message"]
     assert "could not be found" in p["status"]["message"]  # Nomad's words, not "Failed tasks"
     assert get_pods_status(kubectl, name) == "StartError"
-    failed = [e for e in warning_events(kubectl, name) if e["reason"] == "Failed"]
-    assert failed and "Driver Failure: failed to launch command" in failed[0]["message"]
+    failed = wait_until(
+        f"{name}'s Failed Event",
+        lambda: [e for e in warning_events(kubectl, name) if e["reason"] == "Failed"],
+        timeout=15,
+    )
+    assert "Driver Failure: failed to launch command" in failed[0]["message"]
     kubectl("delete", "pod", name, "--wait=false")

@@ -129,7 +129,7 @@ def status_writes(gw: GatewayProcess) -> Counter[str]:
 
 def events_of(cp: Any, ns: str, name: str) -> list[dict[str, Any]]:
     evs = cp.get(f"/api/v1/namespaces/{ns}/events") or {}
-    return [e for e in evs.get("items", []) if e["involvedObject"]["name"] == name]
+    return [e for e in evs.get("items", []) if e["involvedObject"].get("name") == name]
 
 
 def masked(value: str) -> str:
@@ -230,8 +230,12 @@ def test_graceful_delete_ends_when_backend_is_done(
     print(f"\ngraceful delete (backend stops in 2 s, grace 60 s) took {took:.1f}s")
     assert took < 15
     assert uid not in workloads(gw)
-    reasons = [e["reason"] for e in events_of(control_plane, ns, "g")]
-    assert "Killing" in reasons
+    # Events are written after the status (their own queue and budget): wait for it
+    wait_until(
+        "a Killing Event",
+        lambda: "Killing" in [e["reason"] for e in events_of(control_plane, ns, "g")],
+        timeout=15,
+    )
 
 
 def test_graceful_delete_forced_at_deadline(start_gateway, control_plane, kubectl, ns) -> None:
@@ -244,7 +248,13 @@ def test_graceful_delete_forced_at_deadline(start_gateway, control_plane, kubect
     assert get_pod(control_plane, ns, "stuck") is not None
     wait_until("pod gone", lambda: get_pod(control_plane, ns, "stuck") is None, timeout=30)
     assert time.monotonic() - t0 >= 4
-    [ev] = [e for e in events_of(control_plane, ns, "stuck") if e["reason"] == "ForceDeleted"]
+
+    def force_deleted() -> list[dict[str, Any]]:
+        evs = events_of(control_plane, ns, "stuck")
+        return [e for e in evs if e["reason"] == "ForceDeleted"]
+
+    # Events are written after the delete (their own queue and budget): wait for it
+    [ev] = wait_until("a ForceDeleted Event", force_deleted, timeout=15)
     assert ev["type"] == "Warning" and "(4s)" in ev["message"]
 
 

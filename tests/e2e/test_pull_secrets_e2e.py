@@ -93,7 +93,9 @@ def warnings(cp: Any, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
     return [
         e
         for e in evs.get("items", [])
-        if e["involvedObject"]["name"] == name and e["reason"] == reason and e["type"] == "Warning"
+        if e["involvedObject"].get("name") == name
+        and e["reason"] == reason
+        and e["type"] == "Warning"
     ]
 
 

@@ -184,7 +184,7 @@ def test_the_bomb_corpus_through_the_configmap_path(
         counts: dict[str, int] = {}
         for e in items:
             if e["reason"] == "TranslationFailed":
-                name = e["involvedObject"]["name"]
+                name = e["involvedObject"].get("name")
                 counts[name] = counts.get(name, 0) + int(e.get("count") or 1)
         return counts
 

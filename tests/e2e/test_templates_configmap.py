@@ -152,7 +152,8 @@ def test_configmap_templates_per_team_live(
         return [
             e
             for e in json.loads(out)["items"]
-            if e["reason"] == "TemplateRejected" and e["involvedObject"]["name"] == "ml-templates"
+            if e["reason"] == "TemplateRejected"
+            and e["involvedObject"].get("name") == "ml-templates"
         ]
 
     event = wait_until("a TemplateRejected event", rejected)[0]

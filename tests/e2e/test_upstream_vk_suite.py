@@ -195,12 +195,24 @@ def run_suite(
     }
     assert set(results) == set(TESTS), f"ran {sorted(results)}\n{out[-6000:]}"
     failed = {t: r for t, r in results.items() if r != "PASS"}
-    assert not failed, f"{failed}\n{out[-8000:]}"
+    assert not failed, f"{failed}\n{_agent_lines(gw, failed)}\n{out[-8000:]}"
     assert proc.returncode == 0, out[-4000:]
     # the two pod-proxy tests really went through the anchor pod to vkgate
     assert any(p.startswith("/stats/summary") for p in fwd.requests), fwd.requests
     assert any(p.startswith("/metrics/resource") for p in fwd.requests), fwd.requests
     return results, took
+
+
+def _agent_lines(gw: Any, failed: dict[str, str], most: int = 40) -> str:
+    """What the agent logged about the failed tests' pods (``nginx-<test>-…``), the last
+    ``most`` lines of each: a pod that never got Ready says why here."""
+    log = gw.log_text().splitlines()
+    parts = []
+    for test in failed:
+        prefix = f"nginx-{test.lower()}-"
+        lines = [line for line in log if prefix in line and "HTTP Request" not in line]
+        parts.append(f"--- the agent on {prefix}*:\n" + "\n".join(lines[-most:]))
+    return "\n".join(parts)
 
 
 def test_upstream_suite_passes_on_the_simulated_backend(

@@ -7,9 +7,13 @@ import ipaddress
 import json
 from pathlib import Path
 
+import pytest
+
 from devstack import nomad_cluster as nc
 from devstack.certs import CertKey
 from devstack.docker import PAUSE_IMAGE
+
+OWNER, NODE = "vkgate.io/owner", "vkgate.node"
 
 
 def _config(tmp_path: Path, node: nc.NomadClientNode) -> dict[str, object]:
@@ -113,3 +117,60 @@ def test_the_bench_cluster_declares_room_on_both_clients_and_spreads(tmp_path: P
     plain = json.loads(nc._server_config(tmp_path, tls, cert, (1, 2, 3)))
     assert plain["server"] == {"enabled": True, "bootstrap_expect": 1}
     assert plain["log_level"] == "INFO"
+
+
+def test_purge_takes_only_vkgate_jobs_of_nodes_no_gateway_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [
+        {"Namespace": "default", "ID": "kept", "Meta": {OWNER: "vkgate", NODE: "live"}},
+        {"Namespace": "team-a", "ID": "gone/1", "Meta": {OWNER: "vkgate", NODE: "stopped"}},
+        {"Namespace": "default", "ID": "other", "Meta": {NODE: "stopped"}},  # not vkgate's
+        {"Namespace": "default", "ID": "no-meta", "Meta": None},
+    ]
+    calls: list[tuple[str, str]] = []
+
+    def call(address: str, tls: object, token: str, method: str, path: str, **kw: object) -> object:
+        assert token == "mgmt"
+        calls.append((method, path))
+        return jobs if method == "GET" else {}
+
+    monkeypatch.setattr(nc, "_call", call)
+    tls = nc.NomadTLS(tmp_path / "ca.pem", tmp_path / "c.pem", tmp_path / "c.key")
+    cluster = nc.NomadCluster(
+        workdir=tmp_path,
+        address="https://127.0.0.1:1",
+        tls=tls,
+        management_token="mgmt",
+        token="policy",
+        clients=(),
+        server=None,  # type: ignore[arg-type]
+        client_procs=(),
+    )
+    assert cluster.purge_vkgate_jobs(keep={"live"}) == ["team-a/gone/1"]
+    assert calls == [
+        ("GET", "/v1/jobs?namespace=*&meta=true"),
+        ("DELETE", "/v1/job/gone%2F1?purge=true&namespace=team-a"),
+    ]
+
+
+def test_live_node_names_are_those_of_running_gateway_processes(tmp_path: Path) -> None:
+    from devstack import agent
+
+    class Alive:
+        node_names = ["a", "b"]
+
+        def alive(self) -> bool:
+            return True
+
+    class Dead:
+        node_names = ["c"]
+
+        def alive(self) -> bool:
+            return False
+
+    keep = [Alive(), Dead()]
+    for gw in keep:
+        agent._STARTED.add(gw)  # type: ignore[arg-type]
+    assert {"a", "b"} <= agent.live_node_names()
+    assert "c" not in agent.live_node_names()
