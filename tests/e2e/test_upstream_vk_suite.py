@@ -33,7 +33,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,7 @@ def run_suite(
     *,
     node_ip: str,
     anchor_ip: str,
+    explain: Callable[[], str] = str,
 ) -> tuple[dict[str, str], float]:
     """Anchor pod + forwarder for ``gw``'s node, then the suite in a fresh namespace; returns
     {test: PASS/FAIL/SKIP} and the run time, after asserting the proxies were really used."""
@@ -195,7 +196,7 @@ def run_suite(
     }
     assert set(results) == set(TESTS), f"ran {sorted(results)}\n{out[-6000:]}"
     failed = {t: r for t, r in results.items() if r != "PASS"}
-    assert not failed, f"{failed}\n{_agent_lines(gw, failed)}\n{out[-8000:]}"
+    assert not failed, f"{failed}\n{_agent_lines(gw, failed)}\n{explain()}\n{out[-8000:]}"
     assert proc.returncode == 0, out[-4000:]
     # the two pod-proxy tests really went through the anchor pod to vkgate
     assert any(p.startswith("/stats/summary") for p in fwd.requests), fwd.requests
@@ -213,6 +214,17 @@ def _agent_lines(gw: Any, failed: dict[str, str], most: int = 40) -> str:
         lines = [line for line in log if prefix in line and "HTTP Request" not in line]
         parts.append(f"--- the agent on {prefix}*:\n" + "\n".join(lines[-most:]))
     return "\n".join(parts)
+
+
+def _failed_placements(nomad: Any, most: int = 5) -> str:
+    """Nomad's latest evaluations that could not place everything, and why (a pod that waits
+    for room shows here; its job is gone by now, its evaluations are not)."""
+    evals = [e for e in nomad.get("/v1/evaluations?namespace=*") or [] if e.get("FailedTGAllocs")]
+    evals.sort(key=lambda e: int(e.get("ModifyIndex") or 0))
+    lines = [f"{e['JobID']} ({e['Status']}): {json.dumps(e['FailedTGAllocs'])}" for e in evals]
+    return "--- Nomad's evaluations that could not place:\n" + (
+        "\n".join(lines[-most:]) or "(none)"
+    )
 
 
 def test_upstream_suite_passes_on_the_simulated_backend(
@@ -265,6 +277,13 @@ def test_upstream_suite_passes_on_nomad(
         node_name=f"vk-upstream-nomad-{uuid.uuid4().hex[:4]}",
     )
     results, took = run_suite(
-        suite_binary, control_plane, kubectl, forwarder, gw, node_ip=node_ip, anchor_ip=anchor_ip
+        suite_binary,
+        control_plane,
+        kubectl,
+        forwarder,
+        gw,
+        node_ip=node_ip,
+        anchor_ip=anchor_ip,
+        explain=lambda: _failed_placements(nomad_agent),
     )
     print(f"\nupstream vk suite on nomad: {len(results)}/9 passed in {took:.1f} s")
