@@ -223,7 +223,20 @@ def _purge_jobs_of_stopped_gateways() -> Iterator[None]:
             print(f"could not purge the jobs of stopped gateways: {exc}")
             continue
         if purged:
+            _PURGED.extend(purged)
             print(f"purged {len(purged)} job(s) of stopped gateways: {', '.join(purged[:10])}")
+
+
+#: Every job ``_purge_jobs_of_stopped_gateways`` purged in this run.
+_PURGED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many jobs of stopped gateways the run cleaned up (what they would have held)."""
+    if _PURGED:
+        terminalreporter.write_line(
+            f"e2e: purged {len(_PURGED)} Nomad job(s) that stopped gateways left behind"
+        )
 
 
 @pytest.fixture(scope="session")
