@@ -169,13 +169,14 @@ def test_nomad_state_loss_reruns_always_and_onfailure_fails_never(
     assert jobs[uids["n0"]] == 0
     never = pods(kubectl, ns)["n0"]["status"]
     assert "restartPolicy Never" in never["message"]
-    events = json.loads(kubectl("get", "events", "-n", ns, "-o", "json").stdout)["items"]
-    assert {e["involvedObject"].get("name") for e in events if e["reason"] == "WorkloadLost"} == {
-        "a0",
-        "a1",
-        "a2",
-        "f0",
-    }
+
+    def lost() -> set[str]:
+        events = json.loads(kubectl("get", "events", "-n", ns, "-o", "json").stdout)["items"]
+        return {e["involvedObject"].get("name") for e in events if e["reason"] == "WorkloadLost"}
+
+    # Events are written after the status (their own queue and budget): wait for all four
+    wait_until("WorkloadLost on a0, a1, a2, f0", lambda: lost() >= {"a0", "a1", "a2", "f0"}, 15)
+    assert lost() == {"a0", "a1", "a2", "f0"}
     print(
         f"\nnomad kill -9 + restart (state lost): nomad ready after {back:.1f}s, "
         f"pods converged {took:.1f}s after the kill"

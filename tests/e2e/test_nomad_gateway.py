@@ -355,7 +355,13 @@ def test_a_job_purged_outside_vkgate_is_run_again_without_waiting_for_a_list(
     assert again["ID"] == job["ID"]
     assert took < 15, f"run again after {took:.1f} s: that was a list, not the stream"
     sel = f"involvedObject.name%3D{name},reason%3DWorkloadLost"
-    lost = control_plane.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
-    assert lost.get("items"), "the pod's WorkloadLost Event"
+    # Events are written after the status (their own queue and budget): wait for it
+    wait_until(
+        "the pod's WorkloadLost Event",
+        lambda: (
+            control_plane.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
+        ).get("items"),
+        timeout=15,
+    )
     print(f"\npurged job run again after {took:.1f} s")
     kubectl("delete", "pod", name, "--wait=true", timeout=90)

@@ -266,7 +266,12 @@ def test_a_failing_post_start_of_a_never_restarted_pod_kills_the_container_for_g
         cs = st["containerStatuses"][0]
         assert cs["restartCount"] == 0, cs
         assert cs["state"]["terminated"]["exitCode"] != 0, cs
-        assert _events(control_plane, name, "FailedPostStartHook")
+        # Events are written after the status (their own queue and budget): wait for it
+        wait_until(
+            f"{name} FailedPostStartHook",
+            lambda: _events(control_plane, name, "FailedPostStartHook"),
+            10,
+        )
         time.sleep(3)  # and it stays so: no restart follows
         cs = ((_get(control_plane, name) or {}).get("status") or {})["containerStatuses"][0]
         assert cs["restartCount"] == 0 and "terminated" in cs["state"], cs

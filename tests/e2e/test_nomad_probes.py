@@ -103,7 +103,8 @@ def test_readiness_follows_each_handler_kind(
             next(c for c in st["conditions"] if c["type"] == "Ready")["lastTransitionTime"]
         )
         assert (became - started).total_seconds() >= 8, st
-        assert _events(control_plane, late, "Unhealthy"), "failed attempts before it served"
+        # the failed attempts before it served (Events are written after the status)
+        wait_until(f"{late} Unhealthy", lambda: _events(control_plane, late, "Unhealthy"), 15)
     finally:
         kubectl("delete", "pod", *pods, "--wait=false", check=False)
 
@@ -146,8 +147,11 @@ def test_a_hung_process_is_restarted_by_its_liveness_probe(
         assert "terminated" in cs["lastState"], cs
         killing = wait_until(f"{name} Killing", lambda: _events(control_plane, name, "Killing"))
         assert killing[0]["message"] == "Container app failed liveness probe, will be restarted"
-        unhealthy = _events(control_plane, name, "Unhealthy")
-        assert unhealthy and unhealthy[0]["message"].startswith("Liveness probe failed: dial tcp")
+        # Events go out through several queues: the Unhealthy may land after the Killing
+        unhealthy = wait_until(
+            f"{name} Unhealthy", lambda: _events(control_plane, name, "Unhealthy"), 15
+        )
+        assert unhealthy[0]["message"].startswith("Liveness probe failed: dial tcp")
         # it runs again (and is restarted again: the probe keeps failing)
         wait_until(
             f"{name} running again",
