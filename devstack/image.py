@@ -8,7 +8,7 @@ The ``Containerfile`` at the repository root takes its base image as a build arg
   tarball is cached by content (suite, package list, mirror) under
   ``~/.cache/vkgate/images/``;
 * **wheelhouse** — every wheel ``vkgate[all]`` needs (plus the build backend), from PyPI,
-  cached by the hash of ``pyproject.toml``.
+  cached by the hash of ``pyproject.toml`` and ``constraints.txt`` (every version pinned).
 
 Both need the network, so ``python -m devstack.image prepare`` runs before the e2e tier
 (``.ci/run``), outside its network namespace.  Inside it, ``build_image`` builds vkgate's own
@@ -54,7 +54,8 @@ def base_tarball() -> Path:
 
 
 def wheelhouse() -> Path:
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()[:12]
+    pinned = (REPO / "pyproject.toml").read_bytes() + (REPO / "constraints.txt").read_bytes()
+    digest = hashlib.sha256(pinned).hexdigest()[:12]
     return images_dir() / f"wheels-{digest}"
 
 
@@ -90,10 +91,11 @@ def make_wheelhouse(python: str = sys.executable) -> Path:
     if (out / ".complete").exists():
         return out
     tmp = Path(tempfile.mkdtemp(prefix="wheels-", dir=out.parent if out.parent.exists() else None))
-    cmd = [python, "-m", "pip", "wheel", "--quiet", "-w", str(tmp), f"{REPO}[all]"]
+    pins = ["-c", str(REPO / "constraints.txt")]
+    cmd = [python, "-m", "pip", "wheel", "--quiet", *pins, "-w", str(tmp), f"{REPO}[all]"]
     subprocess.run(cmd, check=True)
     subprocess.run(
-        [python, "-m", "pip", "download", "--quiet", "-d", str(tmp), "setuptools>=69", "wheel"],
+        [python, "-m", "pip", "download", "--quiet", *pins, "-d", str(tmp), "setuptools", "wheel"],
         check=True,
     )
     for own in tmp.glob("vkgate-*.whl"):
