@@ -55,6 +55,8 @@ from devstack.controlplane import binary
 from devstack.docker import PAUSE_IMAGE
 from devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, bench_client, docker_plugin
 from devstack.process import DevstackError, Proc, free_port, wait_for
+from translators.base import OWNER_KEY, OWNER_VALUE
+from translators.nomad.jobs import META_NODE
 
 log = logging.getLogger("vkgate.devstack.nomad_cluster")
 
@@ -254,7 +256,7 @@ class NomadCluster:
         jobs = self.get("/v1/jobs?namespace=*&meta=true") or []
         for job in jobs:
             meta = job.get("Meta") or {}
-            if meta.get("vkgate.io/owner") != "vkgate" or meta.get("vkgate.node") in keep:
+            if meta.get(OWNER_KEY) != OWNER_VALUE or meta.get(META_NODE) in keep:
                 continue
             ns, jid = str(job["Namespace"]), str(job["ID"])
             path = f"/v1/job/{urllib.parse.quote(jid, safe='')}"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name
+
+from tools.licences import python
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSTRAINTS = ROOT / "constraints.txt"
@@ -46,7 +47,7 @@ def test_every_installed_distribution_is_pinned_at_its_version() -> None:
             pytest.fail("CI runs the pin check in a tox env, where PIP_CONSTRAINT is set")
         pytest.skip("only in a tox env, which installs with the pins")
     wanted = pins()
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in python.installed()}
     unpinned = sorted(n for n in installed if n not in wanted and n not in OWN)
     assert not unpinned, f"installed but not in constraints.txt: {unpinned}"
     other = {n: (v, wanted[n]) for n, v in installed.items() if n in wanted and wanted[n] != v}

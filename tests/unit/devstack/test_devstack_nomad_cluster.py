@@ -13,7 +13,7 @@ from devstack import nomad_cluster as nc
 from devstack.certs import CertKey
 from devstack.docker import PAUSE_IMAGE
 
-OWNER, NODE = "vkgate.io/owner", "vkgate.node"
+OWNER, NODE = "vkgate.io/owner", "vkgate.node"  # the literal keys vkgate's jobs carry
 
 
 def _config(tmp_path: Path, node: nc.NomadClientNode) -> dict[str, object]:
