@@ -1,9 +1,9 @@
-"""What the probe e2e tests read of a pod: its status, a condition, its Events (through the
-control plane's API; tests/e2e/test_nomad_probes.py, test_nomad_grpc_probe.py)."""
+"""What the probe e2e tests read of a pod: its status and a condition (through the control
+plane's API; tests/e2e/test_nomad_probes.py, test_nomad_grpc_probe.py).  Its Events:
+``waiting.events_about`` / ``waiting.wait_for_event``."""
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Any
 
 
@@ -18,10 +18,3 @@ def pod_status(cp: Any, name: str) -> dict[str, Any]:
 def condition(st: dict[str, Any], kind: str) -> str:
     """``True``/``False`` of the pod condition ``kind`` ("" when absent)."""
     return next((c["status"] for c in st.get("conditions") or [] if c["type"] == kind), "")
-
-
-def pod_events(cp: Any, name: str, reason: str) -> list[dict[str, Any]]:
-    """The Events of pod ``default/name`` with ``reason``."""
-    sel = urllib.parse.quote(f"involvedObject.name={name},reason={reason}")
-    found = cp.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
-    return list(found.get("items") or [])

@@ -10,31 +10,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract" / "batch"))
 from fake_batch import FakeBatch, LoopbackServer
 
 pytestmark = pytest.mark.e2e
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture
@@ -124,19 +112,11 @@ def test_pod_goes_running_then_succeeded(start_gateway, kubectl, batch_service) 
     assert fake.auth_failures == 0  # every request carried a valid SharedKey signature
 
 
-def kubelet_listening(gw: Any) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", int(gw.settings["kubelet"]["port"]))) == 0
-
-
 def test_kubectl_logs_reads_stdout_txt(start_gateway, kubectl, batch_service) -> None:
     gw = start_gateway(batch_settings(batch_service))
     name = f"batch-logs-{uuid.uuid4().hex[:6]}"
     kubectl("apply", "-f", "-", input=pod_manifest(name, gw.node_name))
     wait_until("pod Running", phase_is(kubectl, name, "Running"))
-    if not kubelet_listening(gw):
-        pytest.skip("this gateway build serves no kubelet API yet (App.kubelet is not wired)")
     logs = wait_until(
         "kubectl logs", lambda: (r := kubectl("logs", name, check=False)).returncode == 0 and r
     )

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import unavailable
 
 from devstack import build, netns
 from devstack.components import NOMAD_VERSION
@@ -323,7 +324,7 @@ def test_vkgate_dev_in_a_namespace_of_its_own_shows_a_service_that_answers(
     sample Service's EndpointSlice holds the pod's podIP:port ready and it answers; the summary
     offers the Service lines (docs/backends/nomad.md, "Pod networking")."""
     if not netns.isolated():
-        pytest.skip("needs the e2e network namespace (its veth stays inside it)")
+        unavailable("needs the e2e network namespace (its veth stays inside it)")
     proc = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "dev", "--netns", "--no-wait"],
         capture_output=True,

@@ -13,12 +13,13 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from devstack.agent import GatewayProcess
 from devstack.controlplane import launch_control_plane
@@ -27,15 +28,9 @@ from devstack.nomad import NomadAgent, launch_nomad
 pytestmark = pytest.mark.e2e
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 90.0, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: up to 90 s, polling every 0.5 s (waiting.wait_until: 60 s, every 0.3 s).
+WAIT = 90.0
+POLL = 0.5
 
 
 def pod(
@@ -145,6 +140,8 @@ def test_nomad_state_loss_reruns_always_and_onfailure_fails_never(
             all(running_and_ready(p) for p in pods(kubectl, ns).values())
             and len(pods(kubectl, ns)) == 5
         ),
+        timeout=WAIT,
+        every=POLL,
     )
     uids = {n: p["metadata"]["uid"] for n, p in pods(kubectl, ns).items()}
     t0 = time.monotonic()
@@ -160,7 +157,7 @@ def test_nomad_state_loss_reruns_always_and_onfailure_fails_never(
         never = now["n0"]["status"]
         return rerun and never.get("phase") == "Failed" and never.get("reason") == "NotFound"
 
-    wait_until("Always/OnFailure Running again, Never Failed", converged, timeout=120)
+    wait_until("Always/OnFailure Running again, Never Failed", converged, timeout=120, every=POLL)
     took = time.monotonic() - t0
     jobs = jobs_per_uid(own_nomad)
     assert {uids[n]: jobs[uids[n]] for n in ("a0", "a1", "a2", "f0")} == {
@@ -175,7 +172,9 @@ def test_nomad_state_loss_reruns_always_and_onfailure_fails_never(
         return {e["involvedObject"].get("name") for e in events if e["reason"] == "WorkloadLost"}
 
     # Events are written after the status (their own queue and budget): wait for all four
-    wait_until("WorkloadLost on a0, a1, a2, f0", lambda: lost() >= {"a0", "a1", "a2", "f0"}, 15)
+    wait_until(
+        "WorkloadLost on a0, a1, a2, f0", lambda: lost() >= {"a0", "a1", "a2", "f0"}, 15, every=POLL
+    )
     assert lost() == {"a0", "a1", "a2", "f0"}
     print(
         f"\nnomad kill -9 + restart (state lost): nomad ready after {back:.1f}s, "
@@ -197,6 +196,8 @@ def test_nomad_freeze_never_fails_a_pod_whose_job_lives(
             len(pods(kubectl, ns)) == 6
             and all(running_and_ready(p) for p in pods(kubectl, ns).values())
         ),
+        timeout=WAIT,
+        every=POLL,
     )
     failed: set[str] = set()
     not_ready_at: float | None = None
@@ -246,7 +247,12 @@ def test_gateway_kill_mid_burst_on_nomad_one_job_per_pod(
     gw = nomad_gateway(start_gateway, own_nomad, workers=5)
     n = 24
     apply(kubectl, *[pod(ns, f"b{i:02d}", gw.node_name) for i in range(n)])
-    wait_until("some jobs exist", lambda: sum(jobs_per_uid(own_nomad).values()) >= 6, every=0.1)
+    wait_until(
+        "some jobs exist",
+        lambda: sum(jobs_per_uid(own_nomad).values()) >= 6,
+        every=0.1,
+        timeout=WAIT,
+    )
     at_crash = sum(jobs_per_uid(own_nomad).values())
     gw.kill()
     t0 = time.monotonic()
@@ -304,7 +310,9 @@ def test_apiserver_kill_mid_burst_and_watch_expiry_with_deletes(
         gw.start()
         n = 40
         apply(kubectl, *[pod("burst", f"p{i:02d}", gw.node_name) for i in range(n)])
-        wait_until("some workloads", lambda: len(simulated_workloads(gw)) >= 8, every=0.05)
+        wait_until(
+            "some workloads", lambda: len(simulated_workloads(gw)) >= 8, every=0.05, timeout=WAIT
+        )
         at_crash = len(simulated_workloads(gw))
         t0 = time.monotonic()
         back = cp.restart_apiserver_after_crash(down=3.0)
@@ -340,6 +348,7 @@ def test_apiserver_kill_mid_burst_and_watch_expiry_with_deletes(
             "the deleted pods' workloads removed",
             lambda: not (set(gone.values()) & set(simulated_workloads(gw))),
             timeout=120,
+            every=POLL,
         )
         took_watch = time.monotonic() - t1
         assert set(simulated_workloads(gw)) == uids - set(gone.values())

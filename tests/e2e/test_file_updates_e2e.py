@@ -6,25 +6,18 @@ the job's Variable is rewritten, the job is not re-registered — docs/backends/
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: up to 90 s, polling every 0.5 s (waiting.wait_until: 60 s, every 0.3 s).
+WAIT = 90.0
+POLL = 0.5
 
 
 def test_a_changed_configmap_and_secret_reach_the_running_files_not_the_env(
@@ -102,7 +95,9 @@ def test_a_changed_configmap_and_secret_reach_the_running_files_not_the_env(
         )
         return out
 
-    wait_until("Running", lambda: get_pod()["status"].get("phase") == "Running")
+    wait_until(
+        "Running", lambda: get_pod()["status"].get("phase") == "Running", timeout=WAIT, every=POLL
+    )
     script = (
         # search this task's own directory (Nomad sets NOMAD_TASK_DIR = <task>/local): an
         # exec's working directory may hold other allocations' files
@@ -129,7 +124,9 @@ def test_a_changed_configmap_and_secret_reach_the_running_files_not_the_env(
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects("two")}),
     )
     want = "mode = two {{ not a template }}\npw=pw-two\nenv=pw-one\n"  # env: until a restart
-    wait_until("the new file contents in the running task", lambda: seen() == want, timeout=90)
+    wait_until(
+        "the new file contents in the running task", lambda: seen() == want, timeout=90, every=POLL
+    )
 
     status = get_pod()["status"]["containerStatuses"][0]
     assert status["restartCount"] == 0

@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from waiting import wait_until
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 WRITE = re.compile(r"HTTP Request: (POST|PUT|PATCH|DELETE) (\S+)")
@@ -120,6 +120,8 @@ def test_standby_takes_over_within_15s_adopts_and_creates_no_duplicate(
     assert took <= 15, f"takeover took {took:.1f}s"
     # B adopted A's jobs: the same three jobs, none re-submitted, and the pods stay Running.
     wait_until("adoption", lambda: "adopted" in b.log_text()[standby_log_before:], timeout=30)
+    # A re-submission after the adoption would be a mistake that has no moment to wait for:
+    # give the new leader a few seconds to make it, then look (nothing to observe before).
     time.sleep(3)
     after = nomad_jobs(nomad_agent)
     for u in uids:

@@ -201,7 +201,9 @@ def test_logs_since_is_exact_or_refused(chatty: str, kubectl: Any) -> None:
     assert kubectl("logs", chatty, "--since=1h").stdout == CHATTY_LOGS
     started = running_since(kubectl, chatty)
     assert kubectl("logs", chatty, f"--since-time={started}").stdout == CHATTY_LOGS
-    # a window that starts after the run began: Nomad cannot tell which lines are in it
+    # a window that starts after the run began: Nomad cannot tell which lines are in it.
+    # What is waited for is the clock itself (``--since=1s`` must start after the run's
+    # start): there is no state of the cluster to observe instead.
     time.sleep(1.1)
     for flag in ("--since=1s", "--since-time=2099-01-01T00:00:00Z"):
         r = kubectl("logs", chatty, flag, check=False)

@@ -22,7 +22,7 @@ import pytest
 from kubeletapi import kubelet_client
 from podjson import pod_json
 from ttyexec import exec_it
-from waiting import wait_until
+from waiting import wait_for_event, wait_until
 
 from devstack.agent import GatewayProcess
 from devstack.docker import IMAGE_GREETING
@@ -55,11 +55,6 @@ def get_pods_status(kubectl: Any, name: str) -> str:
     """The STATUS column of ``kubectl get pods``."""
     out = kubectl("get", "pod", name, "--no-headers").stdout.split()
     return str(out[2])
-
-
-def warning_events(kubectl: Any, name: str) -> list[dict[str, Any]]:
-    evs = json.loads(kubectl("get", "events", "-o", "json").stdout)["items"]
-    return [e for e in evs if e["involvedObject"].get("name") == name and e["type"] == "Warning"]
 
 
 def start(gw: GatewayProcess) -> GatewayProcess:
@@ -247,13 +242,14 @@ def test_missing_image_is_errimagepull_then_imagepullbackoff_with_nomads_words(
     assert get_pods_status(kubectl, name) == "ImagePullBackOff"
     assert pod(kubectl, name)["status"]["phase"] == "Pending"
     # Events are written after the status (their own queue and budget): wait for it
-    wait_until(
+    wait_for_event(
         f"{name}'s Failed Event naming the pull",
-        lambda: any(
-            "Driver Failure: Failed to pull" in e["message"]
-            for e in warning_events(kubectl, name)
-            if e["reason"] == "Failed"
-        ),
+        kubectl,
+        "default",
+        name,
+        "Failed",
+        event_type="Warning",
+        match=lambda e: "Driver Failure: Failed to pull" in e["message"],
         timeout=15,
     )
     kubectl("delete", "pod", name, "--wait=false")
@@ -294,10 +290,14 @@ def test_a_process_that_never_started_is_not_exit_code_1(
     assert 'binary "/nonexistent/bin" could not be found' in t["message"]
     assert "could not be found" in p["status"]["message"]  # Nomad's words, not "Failed tasks"
     assert get_pods_status(kubectl, name) == "StartError"
-    failed = wait_until(
+    failed = wait_for_event(
         f"{name}'s Failed Event",
-        lambda: [e for e in warning_events(kubectl, name) if e["reason"] == "Failed"],
+        kubectl,
+        "default",
+        name,
+        "Failed",
+        event_type="Warning",
         timeout=15,
     )
-    assert "Driver Failure: failed to launch command" in failed[0]["message"]
+    assert "Driver Failure: failed to launch command" in failed["message"]
     kubectl("delete", "pod", name, "--wait=false")

@@ -12,7 +12,7 @@ import ssl
 import uuid
 from typing import Any
 
-from conftest import wait_until
+from waiting import wait_until
 
 from gateway.kubelet.csr import cert_facts
 

@@ -17,26 +17,20 @@ import ssl
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: polling every 0.2 s (waiting.wait_until: 60 s, every 0.3 s).
+POLL = 0.2
 
 
 def manifest(
@@ -77,6 +71,7 @@ def running_pod(gateway: Any, kubectl: Any) -> Iterator[str]:
     wait_until(
         f"pod {name} Running",
         lambda: kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout == "Running",
+        every=POLL,
     )
     yield name
     kubectl("delete", "pod", name, "--wait=false", check=False)
@@ -137,6 +132,7 @@ def test_kubectl_logs_follow_ends_when_container_ends(gateway: Any, kubectl: Any
     wait_until(
         f"pod {name} Running",
         lambda: kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout == "Running",
+        every=POLL,
     )
     t0 = time.monotonic()
     follow = kubectl("logs", "-f", name, timeout=60)
@@ -188,7 +184,7 @@ def test_kubectl_exec_output_and_exit_code(
         ]
         return lines if len(lines) >= 2 else []
 
-    execs = wait_until("both execs in the kubelet's access log", exec_lines, timeout=15)
+    execs = wait_until("both execs in the kubelet's access log", exec_lines, timeout=15, every=POLL)
     assert all("upgrade=spdy/3.1" in line for line in execs), execs[-3:]
 
 
@@ -219,6 +215,7 @@ def test_exec_disabled_backend_gives_a_clear_error(start_gateway: Any, kubectl: 
     wait_until(
         f"pod {name} Running",
         lambda: kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout == "Running",
+        every=POLL,
     )
     r = kubectl("exec", name, "--", "true", check=False, timeout=60)
     assert r.returncode != 0
@@ -255,6 +252,7 @@ async def test_websocket_v4_client_through_the_api_server(
         "the exec in the kubelet's access log",
         lambda: [ln for ln in gateway.log_text().splitlines() if "kubelet: GET /exec/" in ln],
         timeout=15,
+        every=POLL,
     )
     assert all("upgrade=websocket" in ln for ln in execs), execs
 
@@ -359,6 +357,7 @@ def test_resource_metrics_values_from_a_measuring_backend(
     wait_until(
         f"pod {name} Running",
         lambda: kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout == "Running",
+        every=POLL,
     )
     time.sleep(1.0)
     ctx = _serving_ctx(control_plane)

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import wait_until
 from kubeletapi import kubelet_client
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 

@@ -11,22 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from waiting import wait_until
+
 from devstack.agent import run_cli
 
 SEMVER = r"^v\d+\.\d+\.\d+-vkgate(\.[0-9A-Za-z-]+)+$"
 
 
-def wait_until(
-    what: str, fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2
-) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: up to 30 s, polling every 0.2 s (waiting.wait_until: 60 s, every 0.3 s).
+WAIT = 30.0
+POLL = 0.2
 
 
 def condition(node: dict[str, Any] | None, ctype: str) -> dict[str, Any]:
@@ -51,7 +45,12 @@ def lease_path(name: str) -> str:
 
 def test_node_appears_with_labels_taint_capacity_conditions(start_gateway, control_plane):
     gw = start_gateway({"node": {"labels": {"team": "e2e"}, "capacity": {"pods": "42"}}})
-    node = wait_until("Ready=True", ready_is(control_plane, gw.node_name, "True", "KubeletReady"))
+    node = wait_until(
+        "Ready=True",
+        ready_is(control_plane, gw.node_name, "True", "KubeletReady"),
+        timeout=WAIT,
+        every=POLL,
+    )
     labels = node["metadata"]["labels"]
     for key, value in {
         "kubernetes.io/hostname": gw.node_name,
@@ -92,7 +91,9 @@ def test_node_appears_with_labels_taint_capacity_conditions(start_gateway, contr
 
 def test_lease_renew_time_advances(start_gateway, control_plane):
     gw = start_gateway({"node": {"lease_renew_interval": 1.0}})
-    lease = wait_until("the Lease", lambda: control_plane.get(lease_path(gw.node_name)))
+    lease = wait_until(
+        "the Lease", lambda: control_plane.get(lease_path(gw.node_name)), timeout=WAIT, every=POLL
+    )
     node = control_plane.get(f"/api/v1/nodes/{gw.node_name}")
     assert lease["spec"]["holderIdentity"] == gw.node_name
     assert lease["spec"]["leaseDurationSeconds"] == 40
@@ -108,13 +109,16 @@ def test_lease_renew_time_advances(start_gateway, control_plane):
             and control_plane.get(lease_path(gw.node_name))
         ),
         timeout=10,
+        every=POLL,
     )
     assert later["spec"]["renewTime"] > first
 
 
 def test_restart_patches_the_same_node(start_gateway, control_plane, kubectl):
     gw = start_gateway()
-    node = wait_until("Ready=True", ready_is(control_plane, gw.node_name, "True"))
+    node = wait_until(
+        "Ready=True", ready_is(control_plane, gw.node_name, "True"), timeout=WAIT, every=POLL
+    )
     uid = node["metadata"]["uid"]
     kubectl("label", "node", gw.node_name, "owner=someone-else")
     kubectl("taint", "node", gw.node_name, "dedicated=gpu:NoExecute")
@@ -122,7 +126,9 @@ def test_restart_patches_the_same_node(start_gateway, control_plane, kubectl):
     left = control_plane.get(f"/api/v1/nodes/{gw.node_name}")
     assert left is not None and left["metadata"]["uid"] == uid  # left in place on shutdown
     gw.start()
-    node = wait_until("Ready=True", ready_is(control_plane, gw.node_name, "True"))
+    node = wait_until(
+        "Ready=True", ready_is(control_plane, gw.node_name, "True"), timeout=WAIT, every=POLL
+    )
     assert node["metadata"]["uid"] == uid
     assert node["metadata"]["labels"]["owner"] == "someone-else"
     keys = [t["key"] for t in node["spec"]["taints"]]
@@ -143,12 +149,15 @@ def test_backend_unreachable_turns_ready_false_and_back(
             "backend": {"simulated": {"unreachable_file": str(flag)}},
         }
     )
-    wait_until("Ready=True", ready_is(control_plane, gw.node_name, "True"))
+    wait_until(
+        "Ready=True", ready_is(control_plane, gw.node_name, "True"), timeout=WAIT, every=POLL
+    )
     flag.write_text("down")
     node = wait_until(
         "Ready=False/BackendUnreachable",
         ready_is(control_plane, gw.node_name, "False", "BackendUnreachable"),
         timeout=15,
+        every=POLL,
     )
     ready = condition(node, "Ready")
     assert "simulated backend unreachable" in ready["message"]
@@ -158,13 +167,16 @@ def test_backend_unreachable_turns_ready_false_and_back(
         "Ready=True again",
         ready_is(control_plane, gw.node_name, "True", "KubeletReady"),
         timeout=15,
+        every=POLL,
     )
     assert condition(node, "Ready")["lastTransitionTime"] >= ready["lastTransitionTime"]
 
 
 def test_kubectl_get_node_wide_shows_ready(start_gateway, control_plane, kubectl):
     gw = start_gateway()
-    wait_until("Ready=True", ready_is(control_plane, gw.node_name, "True"))
+    wait_until(
+        "Ready=True", ready_is(control_plane, gw.node_name, "True"), timeout=WAIT, every=POLL
+    )
     out = kubectl("get", "node", gw.node_name, "-o", "wide").stdout
     header, row = out.strip().splitlines()
     cols = dict(zip(header.split(), row.split(), strict=False))
@@ -218,6 +230,9 @@ current-context: x
             [sys.executable, "-m", "gateway.cli", "run", "-c", str(cfg)], stdout=log, stderr=log
         )
     try:
+        # A fixed observation window: the assertions count the retries made in it (3-5 in
+        # 8 s with backoff 1, 2, 4 s) and that the process is still alive at its end, so no
+        # condition can end it early.
         time.sleep(8)
         assert proc.poll() is None, log_path.read_text()  # still running: no crash loop
         proc.send_signal(signal.SIGTERM)
@@ -248,13 +263,20 @@ def test_node_identity_under_node_restriction(start_gateway, control_plane, kube
         },
         node_name=name,
     )
-    node = wait_until("Ready=True", ready_is(control_plane, name, "True", "KubeletReady"))
+    node = wait_until(
+        "Ready=True",
+        ready_is(control_plane, name, "True", "KubeletReady"),
+        timeout=WAIT,
+        every=POLL,
+    )
     assert node["metadata"]["labels"]["type"] == "virtual-kubelet"
-    lease = wait_until("the Lease", lambda: control_plane.get(lease_path(name)))
+    lease = wait_until(
+        "the Lease", lambda: control_plane.get(lease_path(name)), timeout=WAIT, every=POLL
+    )
     assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
     uid = node["metadata"]["uid"]
     assert gw.restart() is gw
-    node = wait_until("Ready=True", ready_is(control_plane, name, "True"))
+    node = wait_until("Ready=True", ready_is(control_plane, name, "True"), timeout=WAIT, every=POLL)
     assert node["metadata"]["uid"] == uid
     text = gw.log_text()
     assert "Forbidden" not in text and "startup failed" not in text, text[-3000:]

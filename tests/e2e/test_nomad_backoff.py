@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Kubectl, wait_until
+from conftest import Kubectl
+from waiting import wait_for_event, wait_until
 
 from devstack.agent import GatewayProcess
 from devstack.controlplane import ControlPlane
@@ -46,11 +47,6 @@ def _seconds(message: str) -> tuple[int, str] | None:
     """(delay seconds, pod words) of the kubelet's CrashLoopBackOff message."""
     m = _BACKOFF.match(message)
     return (int(m[1] or 0) * 60 + int(m[2]), m[3]) if m else None
-
-
-def _events(cp: ControlPlane, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
-    sel = urllib.parse.quote(f"involvedObject.name={name},reason={reason}")
-    return list((cp.get(f"/api/v1/namespaces/{ns}/events?fieldSelector={sel}") or {})["items"])
 
 
 def test_a_crashing_container_backs_off_in_crashloopbackoff(
@@ -118,10 +114,10 @@ def test_a_crashing_container_backs_off_in_crashloopbackoff(
         assert quick and all(10 <= s <= 12 for s in quick), waits
         # then a wait no longer than the kubelet's cap (320 s interval, minus what has run)
         assert 240 < stall <= 300, waits
-        backoff = wait_until(
-            "BackOff Event", lambda: _events(control_plane, "default", name, "BackOff"), 30
+        backoff = wait_for_event(
+            "BackOff Event", control_plane, "default", name, "BackOff", timeout=30
         )
-        assert backoff[0]["type"] == "Warning", backoff
+        assert backoff["type"] == "Warning", backoff
 
         # Nomad's own record of the same runs: restarted in place, 10-12.5 s after each exit
         alloc_id = cs["containerID"].removeprefix("nomad://").split("/")[0]
@@ -294,12 +290,10 @@ def test_a_rollout_to_a_never_ready_version_stalls_while_the_old_pods_serve(
         assert _ready(new)["status"] == "False", new["status"]
         (cs,) = new["status"]["containerStatuses"]
         assert cs["ready"] is False and "running" in cs["state"], cs
-        unhealthy = wait_until(
-            "Unhealthy Event of the v2 pod",
-            lambda: _events(cluster, ns, new_name, "Unhealthy"),
-            timeout=30,
+        unhealthy = wait_for_event(
+            "Unhealthy Event of the v2 pod", cluster, ns, new_name, "Unhealthy", timeout=30
         )
-        assert unhealthy[0]["message"].startswith("Readiness probe failed"), unhealthy
+        assert unhealthy["message"].startswith("Readiness probe failed"), unhealthy
         # the old ReplicaSet keeps its 2 ready replicas; the old pods never left Ready
         sets = replicasets()
         assert sets[old_hash]["status"].get("readyReplicas") == 2, sets[old_hash]["status"]

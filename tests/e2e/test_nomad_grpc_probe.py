@@ -10,10 +10,10 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from hostports import host_port_base
 from podjson import pod_with
-from probing import condition, pod_events, pod_status
+from probing import condition, pod_status
+from waiting import wait_for_event, wait_until
 
 from devstack.nomad_cluster import NomadCluster
 from vkgate_core.timeparse import parse_rfc3339
@@ -64,7 +64,7 @@ def _pod(name: str, node: str, port: int, service: str, late: float) -> str:
     )
 
 
-_status, _cond, _events = pod_status, condition, pod_events
+_status, _cond = pod_status, condition
 
 
 def test_a_grpc_readiness_probe_follows_the_servers_health(
@@ -104,11 +104,14 @@ def test_a_grpc_readiness_probe_follows_the_servers_health(
         # failed attempts before it served: NOT_SERVING (and connection refused while the
         # interpreter was starting), each an Unhealthy Event with the kubelet's words
         not_serving = 'Readiness probe failed: service unhealthy (responded with "NOT_SERVING")'
-        wait_until(
+        wait_for_event(
             f"{late} Unhealthy NOT_SERVING",
-            lambda: [
-                e for e in _events(control_plane, late, "Unhealthy") if e["message"] == not_serving
-            ],
+            control_plane,
+            "default",
+            late,
+            "Unhealthy",
+            match=lambda e: e["message"] == not_serving,
+            timeout=60,
         )
         # the "shop" service never serves: the pod stays Running and unready
         deadline = time.monotonic() + 4
@@ -116,13 +119,16 @@ def test_a_grpc_readiness_probe_follows_the_servers_health(
             st = _status(control_plane, never)
             assert st.get("phase") == "Running" and _cond(st, "Ready") == "False", st
             time.sleep(0.5)
-        ev = wait_until(
+        ev = wait_for_event(
             f"{never} Unhealthy NOT_SERVING",
-            lambda: [
-                e for e in _events(control_plane, never, "Unhealthy") if e["message"] == not_serving
-            ],
+            control_plane,
+            "default",
+            never,
+            "Unhealthy",
+            match=lambda e: e["message"] == not_serving,
+            timeout=60,
         )
-        assert ev[0]["type"] == "Warning"
-        assert ev[0]["involvedObject"]["fieldPath"] == "spec.containers{app}"
+        assert ev["type"] == "Warning"
+        assert ev["involvedObject"]["fieldPath"] == "spec.containers{app}"
     finally:
         kubectl("delete", "pod", late, never, "--wait=false", check=False)

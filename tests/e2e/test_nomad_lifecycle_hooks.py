@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from waiting import events_about, wait_for_event, wait_until
 
 from devstack.nomad_cluster import NomadCluster
 from vkgate_core.timeparse import parse_rfc3339
@@ -65,12 +64,6 @@ def _get(cp: Any, name: str) -> dict[str, Any] | None:
     return found
 
 
-def _events(cp: Any, name: str, reason: str) -> list[dict[str, Any]]:
-    sel = urllib.parse.quote(f"involvedObject.name={name},reason={reason}")
-    found = cp.get(f"/api/v1/namespaces/default/events?fieldSelector={sel}") or {}
-    return list(found.get("items") or [])
-
-
 @pytest.mark.parametrize(
     "template", ["nomad/raw_exec.j2", "nomad/job.j2"], ids=["raw_exec", "docker"]
 )
@@ -117,7 +110,13 @@ def test_post_start_then_running_then_pre_stop_then_sigterm_within_the_grace_per
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-        time.sleep(2)  # the follow is connected (it prints what came before anyway)
+        # the follow is connected once it printed what came before (the main's first line)
+        wait_until(
+            f"kubectl logs -f {name} connected",
+            lambda: b"main: running" in (tmp_path / "logs").read_bytes(),
+            timeout=30,
+            every=0.2,
+        )
         t0 = time.monotonic()
         kubectl("delete", "pod", name, "--wait=false")
         wait_until(f"{name} deleted", lambda: _get(control_plane, name) is None, GRACE + 10)
@@ -134,16 +133,17 @@ def test_post_start_then_running_then_pre_stop_then_sigterm_within_the_grace_per
         assert [line for line in lines if line in order] == order, text
         # the preStop (2 s) and the stop fit in the grace period
         assert 2 <= took < GRACE, took
-        wait_until(
+        wait_for_event(
             f"{name} Killing",
-            lambda: any(
-                e["message"] == "Stopping container app"
-                for e in _events(control_plane, name, "Killing")
-            ),
-            10,
+            control_plane,
+            "default",
+            name,
+            "Killing",
+            match=lambda e: e["message"] == "Stopping container app",
+            timeout=10,
         )
-        assert not _events(control_plane, name, "FailedPostStartHook")
-        assert not _events(control_plane, name, "FailedPreStopHook")
+        assert not events_about(control_plane, "default", name, "FailedPostStartHook")
+        assert not events_about(control_plane, "default", name, "FailedPreStopHook")
     finally:
         if logs is not None and logs.poll() is None:
             logs.kill()
@@ -190,15 +190,18 @@ def test_a_failing_post_start_restarts_the_container_and_a_long_grace_is_called_
         return None
 
     try:
-        failed = wait_until(
+        failed = wait_for_event(
             f"{name} FailedPostStartHook",
-            lambda: _events(control_plane, name, "FailedPostStartHook"),
-            90,
+            control_plane,
+            "default",
+            name,
+            "FailedPostStartHook",
+            timeout=90,
         )
-        assert failed[0]["type"] == "Warning"
-        assert failed[0]["involvedObject"]["fieldPath"] == "spec.containers{app}"
-        assert "no config here" in failed[0]["message"], failed[0]["message"]
-        assert failed[0]["message"].startswith("Exec lifecycle hook ([/bin/sh -c "), failed[0]
+        assert failed["type"] == "Warning"
+        assert failed["involvedObject"]["fieldPath"] == "spec.containers{app}"
+        assert "no config here" in failed["message"], failed["message"]
+        assert failed["message"].startswith("Exec lifecycle hook ([/bin/sh -c "), failed
         cs = wait_until(f"{name} restarted", restarted, 60, every=0.3)
         assert "terminated" in cs["lastState"], cs
         # the hook never passed: the container never ran as far as the pod says, nor was ready
@@ -206,23 +209,26 @@ def test_a_failing_post_start_restarts_the_container_and_a_long_grace_is_called_
         # container restarting under restartPolicy Always)
         assert "waiting" in states, states
         assert "running" not in states and "ready" not in states, states
-        killing = wait_until(
+        killing = wait_for_event(
             f"{name} Killing",
-            lambda: [
-                e
-                for e in _events(control_plane, name, "Killing")
-                if e["message"] == "FailedPostStartHook"
-            ],
-            10,
+            control_plane,
+            "default",
+            name,
+            "Killing",
+            match=lambda e: e["message"] == "FailedPostStartHook",
+            timeout=10,
         )
-        assert killing[0]["type"] == "Normal"
-        capped = wait_until(
+        assert killing["type"] == "Normal"
+        capped = wait_for_event(
             f"{name} GracePeriodCapped",
-            lambda: _events(control_plane, name, "GracePeriodCapped"),
-            10,
+            control_plane,
+            "default",
+            name,
+            "GracePeriodCapped",
+            timeout=10,
         )
-        assert capped[0]["type"] == "Normal"
-        assert capped[0]["message"] == (
+        assert capped["type"] == "Normal"
+        assert capped["message"] == (
             "terminationGracePeriodSeconds 60 s exceeds the Nomad client's max_kill_timeout "
             "30 s: when stopped, the containers get SIGKILL 30 s after SIGTERM"
         )
@@ -267,12 +273,17 @@ def test_a_failing_post_start_of_a_never_restarted_pod_kills_the_container_for_g
         assert cs["restartCount"] == 0, cs
         assert cs["state"]["terminated"]["exitCode"] != 0, cs
         # Events are written after the status (their own queue and budget): wait for it
-        wait_until(
+        wait_for_event(
             f"{name} FailedPostStartHook",
-            lambda: _events(control_plane, name, "FailedPostStartHook"),
-            10,
+            control_plane,
+            "default",
+            name,
+            "FailedPostStartHook",
+            timeout=10,
         )
-        time.sleep(3)  # and it stays so: no restart follows
+        # and it stays so: no restart follows.  A restart that does not come has no moment to
+        # wait for; only time passing can show it, so: a few seconds, then look again.
+        time.sleep(3)
         cs = ((_get(control_plane, name) or {}).get("status") or {})["containerStatuses"][0]
         assert cs["restartCount"] == 0 and "terminated" in cs["state"], cs
     finally:

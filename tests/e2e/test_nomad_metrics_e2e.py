@@ -12,25 +12,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubeletapi import kubelet_client
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: polling every 0.5 s (waiting.wait_until: 60 s, every 0.3 s).
+POLL = 0.5
 
 
 def burner(name: str, node: str) -> str:
@@ -86,6 +79,7 @@ def test_busy_nomad_pod_shows_cpu_and_memory_in_summary_and_resource_metrics(
             lambda: (
                 kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}").stdout == "Running"
             ),
+            every=POLL,
         )
         with kubelet_client(gateway, control_plane) as c:
             scrapes: list[float] = []
@@ -116,9 +110,28 @@ def test_busy_nomad_pod_shows_cpu_and_memory_in_summary_and_resource_metrics(
             assert pod["cpu"]["usageNanoCores"] == app["cpu"]["usageNanoCores"]
             assert pod["memory"]["workingSetBytes"] == app["memory"]["workingSetBytes"]
 
+            def cpu_counter(text: str) -> float | None:
+                """The app's ``container_cpu_usage_seconds_total`` in a /metrics/resource."""
+                fams = {f.name: f for f in text_string_to_metric_families(text)}
+                fam = fams.get("container_cpu_usage_seconds")
+                samples = fam.samples if fam else []
+                return next((s.value for s in samples if s.labels == labels), None)
+
             text = c.get("/metrics/resource").text
-            time.sleep(2.0)
-            later = c.get("/metrics/resource").text
+            first, read_at = cpu_counter(text), time.monotonic()
+            # the integrated counter only grows: a later scrape shows more (without a first
+            # reading there is nothing to wait for: the checks below say what is missing)
+            later = wait_until(
+                f"{name}'s CPU counter above {first}",
+                lambda: (
+                    (t := c.get("/metrics/resource").text)
+                    and (first is None or ((v := cpu_counter(t)) is not None and v > first))
+                    and t
+                ),
+                timeout=30,
+                every=POLL,
+            )
+            grew = time.monotonic() - read_at
         fams = {f.name: f for f in text_string_to_metric_families(text)}
         assert fams["resource_scrape_error"].samples[0].value == 0
         (cpu,) = [s for s in fams["container_cpu_usage_seconds"].samples if s.labels == labels]
@@ -144,7 +157,7 @@ def test_busy_nomad_pod_shows_cpu_and_memory_in_summary_and_resource_metrics(
         print(
             f"\n{name}: {app['cpu']['usageNanoCores'] / 1e9:.2f} cores, "
             f"{app['memory']['workingSetBytes']} B working set, counter {cpu.value:.2f} -> "
-            f"{cpu2.value:.2f} core-s over 2 s; /stats/summary took "
+            f"{cpu2.value:.2f} core-s over {grew:.1f} s; /stats/summary took "
             f"{min(scrapes) * 1000:.1f}..{max(scrapes) * 1000:.1f} ms ({len(scrapes)} scrapes)"
         )
     finally:
@@ -160,4 +173,5 @@ def test_busy_nomad_pod_shows_cpu_and_memory_in_summary_and_resource_metrics(
                 ]
             ),
             timeout=60,
+            every=POLL,
         )

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Kubectl, unavailable, wait_until
+from conftest import Kubectl, unavailable
+from waiting import wait_until
 
 from devstack.agent import GatewayProcess
 from devstack.nomad_cluster import (

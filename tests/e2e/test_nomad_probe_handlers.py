@@ -17,9 +17,10 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import Kubectl, unavailable, wait_until
+from conftest import Kubectl, unavailable
 from hostports import host_port_base
 from podjson import pod_with
+from waiting import events_about, wait_for_event, wait_until
 
 from devstack.nomad_cluster import NomadCluster, bridge_unavailable_reason
 
@@ -40,14 +41,6 @@ def _status(kubectl: Kubectl, name: str) -> dict[str, Any]:
 
 def _cond(st: dict[str, Any], kind: str) -> str:
     return next((c["status"] for c in st.get("conditions") or [] if c["type"] == kind), "")
-
-
-def _events(kubectl: Kubectl, name: str, reason: str) -> list[dict[str, Any]]:
-    out = kubectl(
-        "get", "events", "-o", "json",
-        "--field-selector", f"involvedObject.name={name},reason={reason}",
-    ).stdout  # fmt: skip
-    return list(json.loads(out)["items"])
 
 
 def _restarted(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
@@ -119,32 +112,31 @@ def _run_handler_matrix(
                 f"{name} restarted by liveness", lambda n=name: _restarted(kubectl, n), 120
             )  # type: ignore[misc]
             assert "terminated" in cs["lastState"], cs
-            killing = wait_until(
-                f"{name} Killing", lambda n=name: _events(kubectl, n, "Killing"), 30
-            )  # type: ignore[misc]
-            assert killing[0]["message"] == "Container app failed liveness probe, will be restarted"
-            unhealthy = _events(kubectl, name, "Unhealthy")
-            assert unhealthy and unhealthy[0]["message"].startswith("Liveness probe failed"), (
-                unhealthy
+            killing = wait_for_event(
+                f"{name} Killing", kubectl, "default", name, "Killing", timeout=30
             )
+            assert killing["message"] == "Container app failed liveness probe, will be restarted"
+            # Events go out through several queues: the Unhealthy may land after the Killing
+            unhealthy = wait_for_event(
+                f"{name} Unhealthy", kubectl, "default", name, "Unhealthy", timeout=30
+            )
+            assert unhealthy["message"].startswith("Liveness probe failed"), unhealthy
         # the failing readiness probes: Running, never Ready, an Unhealthy Event each
         for name in unready:
             st = _status(kubectl, name)
             assert st.get("phase") == "Running", st
             assert _cond(st, "Ready") == "False" and _cond(st, "ContainersReady") == "False", st
             assert st["containerStatuses"][0]["ready"] is False
-            ev = wait_until(
-                f"{name} Unhealthy", lambda n=name: _events(kubectl, n, "Unhealthy"), 30
-            )  # type: ignore[misc]
-            assert ev[0]["type"] == "Warning" and ev[0]["message"].startswith(
-                "Readiness probe failed"
+            ev = wait_for_event(
+                f"{name} Unhealthy", kubectl, "default", name, "Unhealthy", timeout=30
             )
-            assert ev[0]["involvedObject"]["fieldPath"] == "spec.containers{app}"
+            assert ev["type"] == "Warning" and ev["message"].startswith("Readiness probe failed")
+            assert ev["involvedObject"]["fieldPath"] == "spec.containers{app}"
         # the passing liveness probe: running all along, never restarted
         for name in alive:
             cs = _status(kubectl, name)["containerStatuses"][0]
             assert cs["restartCount"] == 0 and "running" in cs["state"], cs
-            assert not _events(kubectl, name, "Killing")
+            assert not events_about(kubectl, "default", name, "Killing")
     finally:
         # gone before the next test: their allocations hold the client's resources
         kubectl("delete", "pod", *pods, "--timeout=90s", check=False, timeout=120)

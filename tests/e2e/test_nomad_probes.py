@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from hostports import host_port_base
 from podjson import pod_with
-from probing import condition, pod_events, pod_status
+from probing import condition, pod_status
+from waiting import wait_for_event, wait_until
 
 from devstack.nomad_cluster import NomadCluster
 from vkgate_core.timeparse import parse_rfc3339
@@ -33,7 +33,7 @@ def _pod(name: str, node: str, command: str, probe: dict[str, Any], port: int) -
     )
 
 
-_status, _cond, _events = pod_status, condition, pod_events
+_status, _cond = pod_status, condition
 
 
 def test_readiness_follows_each_handler_kind(
@@ -84,12 +84,16 @@ def test_readiness_follows_each_handler_kind(
                 assert _cond(st, "Ready") == "False" and _cond(st, "ContainersReady") == "False", st
                 assert st["containerStatuses"][0]["ready"] is False
             time.sleep(0.5)
-        tcp = wait_until(f"{never} Unhealthy", lambda: _events(control_plane, never, "Unhealthy"))
-        assert tcp[0]["type"] == "Warning"
-        assert tcp[0]["message"].startswith("Readiness probe failed: dial tcp ")
-        assert tcp[0]["involvedObject"]["fieldPath"] == "spec.containers{app}"
-        ex = wait_until(f"{bad} Unhealthy", lambda: _events(control_plane, bad, "Unhealthy"))
-        assert ex[0]["message"] == "Readiness probe failed: not yet\n"
+        tcp = wait_for_event(
+            f"{never} Unhealthy", control_plane, "default", never, "Unhealthy", timeout=60
+        )
+        assert tcp["type"] == "Warning"
+        assert tcp["message"].startswith("Readiness probe failed: dial tcp ")
+        assert tcp["involvedObject"]["fieldPath"] == "spec.containers{app}"
+        ex = wait_for_event(
+            f"{bad} Unhealthy", control_plane, "default", bad, "Unhealthy", timeout=60
+        )
+        assert ex["message"] == "Readiness probe failed: not yet\n"
         # the exec probe that passes makes its pod Ready
         wait_until(f"{ok} Ready", lambda: _cond(_status(control_plane, ok), "Ready") == "True", 30)
         # the late server: unready first, Ready once it serves (8 s after its start)
@@ -104,7 +108,7 @@ def test_readiness_follows_each_handler_kind(
         )
         assert (became - started).total_seconds() >= 8, st
         # the failed attempts before it served (Events are written after the status)
-        wait_until(f"{late} Unhealthy", lambda: _events(control_plane, late, "Unhealthy"), 15)
+        wait_for_event(f"{late} Unhealthy", control_plane, "default", late, "Unhealthy", timeout=15)
     finally:
         kubectl("delete", "pod", *pods, "--wait=false", check=False)
 
@@ -145,13 +149,15 @@ def test_a_hung_process_is_restarted_by_its_liveness_probe(
         )
         cs = st["containerStatuses"][0]
         assert "terminated" in cs["lastState"], cs
-        killing = wait_until(f"{name} Killing", lambda: _events(control_plane, name, "Killing"))
-        assert killing[0]["message"] == "Container app failed liveness probe, will be restarted"
-        # Events go out through several queues: the Unhealthy may land after the Killing
-        unhealthy = wait_until(
-            f"{name} Unhealthy", lambda: _events(control_plane, name, "Unhealthy"), 15
+        killing = wait_for_event(
+            f"{name} Killing", control_plane, "default", name, "Killing", timeout=60
         )
-        assert unhealthy[0]["message"].startswith("Liveness probe failed: dial tcp")
+        assert killing["message"] == "Container app failed liveness probe, will be restarted"
+        # Events go out through several queues: the Unhealthy may land after the Killing
+        unhealthy = wait_for_event(
+            f"{name} Unhealthy", control_plane, "default", name, "Unhealthy", timeout=15
+        )
+        assert unhealthy["message"].startswith("Liveness probe failed: dial tcp")
         # it runs again (and is restarted again: the probe keeps failing)
         wait_until(
             f"{name} running again",
@@ -207,6 +213,8 @@ def test_an_onfailure_pod_that_keeps_failing_restarts_on_in_crashloopbackoff(
         assert took >= 19, took
         # and a third wait follows, no longer than the kubelet's 5 min cap
         assert cs["state"]["waiting"]["message"].startswith("back-off 4m"), cs
+        # and the pod is not failed during the long back-off: a phase that must not change
+        # has no moment to wait for, so a few seconds pass before it is looked at again
         time.sleep(3)
         assert _status(control_plane, name)["phase"] == "Running"
     finally:

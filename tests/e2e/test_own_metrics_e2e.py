@@ -9,8 +9,8 @@ import uuid
 from typing import Any
 
 import httpx
-from conftest import wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 
 def scrape(port: int) -> dict[str, Any]:

@@ -6,25 +6,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def _wait(what: str, fn: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+#: This file's waits: polling every 0.2 s (waiting.wait_until: 60 s, every 0.3 s).
+POLL = 0.2
 
 
 def test_a_plugin_backend_runs_pods_live(
@@ -51,9 +44,10 @@ def test_a_plugin_backend_runs_pods_live(
     }
     kubectl("apply", "-f", "-", input=json.dumps(pod))
     path = f"/api/v1/namespaces/{ns}/pods/web"
-    live = _wait(
+    live = wait_until(
         "Running",
         lambda: (p := control_plane.get(path)) and p["status"].get("phase") == "Running" and p,
+        every=POLL,
     )
     node = control_plane.get(f"/api/v1/nodes/{gw.node_name}")
     assert node["metadata"]["labels"]["vkgate.io/backend"] == "acme"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import events_about, wait_for_event, wait_until
 
 from devstack.agent import GatewayProcess
 
@@ -31,17 +32,8 @@ COND_TYPES = [
 ]
 
 
-def wait_until(
-    what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2
-) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: polling every 0.2 s (waiting.wait_until: 60 s, every 0.3 s).
+POLL = 0.2
 
 
 def describe_once_it_shows(kubectl: Any, ns: str, name: str, *patterns: str) -> str:
@@ -55,7 +47,7 @@ def describe_once_it_shows(kubectl: Any, ns: str, name: str, *patterns: str) -> 
         return last if all(re.search(p, last) for p in patterns) else None
 
     try:
-        return str(wait_until(f"{name}'s Events {patterns}", shows, timeout=15))
+        return str(wait_until(f"{name}'s Events {patterns}", shows, timeout=15, every=POLL))
     except AssertionError:
         raise AssertionError(f"{patterns} not in:\n{last}") from None
 
@@ -127,11 +119,6 @@ def status_writes(gw: GatewayProcess) -> Counter[str]:
     return counts
 
 
-def events_of(cp: Any, ns: str, name: str) -> list[dict[str, Any]]:
-    evs = cp.get(f"/api/v1/namespaces/{ns}/events") or {}
-    return [e for e in evs.get("items", []) if e["involvedObject"].get("name") == name]
-
-
 def masked(value: str) -> str:
     return "<secret:" + hashlib.sha256(value.encode()).hexdigest()[:12] + ">"
 
@@ -142,7 +129,7 @@ def masked(value: str) -> str:
 def test_create_to_running_with_all_conditions(start_gateway, control_plane, kubectl, ns) -> None:
     gw = start_gateway()
     apply(kubectl, pod("web", ns, gw.node_name))
-    p = wait_until("Running", phase_is(control_plane, ns, "web", "Running"), timeout=30)
+    p = wait_until("Running", phase_is(control_plane, ns, "web", "Running"), timeout=30, every=POLL)
     # Ready comes with (or right after) Running
     p = wait_until(
         "all conditions True",
@@ -151,6 +138,7 @@ def test_create_to_running_with_all_conditions(start_gateway, control_plane, kub
             and all(c["status"] == "True" for c in q["status"].get("conditions", []))
             and q
         ),
+        every=POLL,
     )
     status = p["status"]
     assert [c["type"] for c in status["conditions"]] == COND_TYPES
@@ -171,7 +159,9 @@ def test_create_to_running_with_all_conditions(start_gateway, control_plane, kub
     describe = describe_once_it_shows(kubectl, ns, "web", "Started container app")
     assert describe
 
-    time.sleep(6)  # a reconcile interval or more: nothing new to write
+    # A reconcile interval or more, then count the status writes: that nothing new is written
+    # has no moment to wait for, only a time to let pass.
+    time.sleep(6)
     writes = status_writes(gw)
     print(f"\nstatus writes per pod (happy path, create -> Running): {dict(writes)}")
     log = gw.log_text()
@@ -202,8 +192,10 @@ def test_exit_codes(start_gateway, control_plane, kubectl, ns) -> None:
             annotations={"vkgate.io/sim-exit-code": "3"},
         ),
     )
-    ok = wait_until("Succeeded", phase_is(control_plane, ns, "ok", "Succeeded"), timeout=30)
-    bad = wait_until("Failed", phase_is(control_plane, ns, "bad", "Failed"), timeout=30)
+    ok = wait_until(
+        "Succeeded", phase_is(control_plane, ns, "ok", "Succeeded"), timeout=30, every=POLL
+    )
+    bad = wait_until("Failed", phase_is(control_plane, ns, "bad", "Failed"), timeout=30, every=POLL)
     term = ok["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
     term = bad["status"]["containerStatuses"][0]["state"]["terminated"]
@@ -221,51 +213,52 @@ def test_graceful_delete_ends_when_backend_is_done(
 ) -> None:
     gw = start_gateway()
     apply(kubectl, pod("g", ns, gw.node_name, annotations={"vkgate.io/sim-stop-seconds": "2"}))
-    p = wait_until("Running", phase_is(control_plane, ns, "g", "Running"), timeout=30)
+    p = wait_until("Running", phase_is(control_plane, ns, "g", "Running"), timeout=30, every=POLL)
     uid = p["metadata"]["uid"]
     t0 = time.monotonic()
     kubectl("delete", "pod", "-n", ns, "g", "--grace-period=60", "--wait=false")
-    wait_until("pod gone", lambda: get_pod(control_plane, ns, "g") is None, timeout=30)
+    wait_until("pod gone", lambda: get_pod(control_plane, ns, "g") is None, timeout=30, every=POLL)
     took = time.monotonic() - t0
     print(f"\ngraceful delete (backend stops in 2 s, grace 60 s) took {took:.1f}s")
     assert took < 15
     assert uid not in workloads(gw)
     # Events are written after the status (their own queue and budget): wait for it
-    wait_until(
-        "a Killing Event",
-        lambda: "Killing" in [e["reason"] for e in events_of(control_plane, ns, "g")],
-        timeout=15,
-    )
+    wait_for_event("a Killing Event", control_plane, ns, "g", "Killing", timeout=15, every=POLL)
 
 
 def test_graceful_delete_forced_at_deadline(start_gateway, control_plane, kubectl, ns) -> None:
     gw = start_gateway()
     apply(kubectl, pod("stuck", ns, gw.node_name, annotations={"vkgate.io/sim-never-stop": "true"}))
-    wait_until("Running", phase_is(control_plane, ns, "stuck", "Running"), timeout=30)
+    wait_until("Running", phase_is(control_plane, ns, "stuck", "Running"), timeout=30, every=POLL)
     t0 = time.monotonic()
     kubectl("delete", "pod", "-n", ns, "stuck", "--grace-period=4", "--wait=false")
+    # Halfway to the 4 s deadline the pod must still be there: a wait on a condition would
+    # pass at once (it is there right after the delete); only time passing can be observed.
     time.sleep(2)
     assert get_pod(control_plane, ns, "stuck") is not None
-    wait_until("pod gone", lambda: get_pod(control_plane, ns, "stuck") is None, timeout=30)
+    wait_until(
+        "pod gone", lambda: get_pod(control_plane, ns, "stuck") is None, timeout=30, every=POLL
+    )
     assert time.monotonic() - t0 >= 4
 
-    def force_deleted() -> list[dict[str, Any]]:
-        evs = events_of(control_plane, ns, "stuck")
-        return [e for e in evs if e["reason"] == "ForceDeleted"]
-
     # Events are written after the delete (their own queue and budget): wait for it
-    [ev] = wait_until("a ForceDeleted Event", force_deleted, timeout=15)
+    [ev] = wait_until(
+        "a ForceDeleted Event",
+        lambda: events_about(control_plane, ns, "stuck", "ForceDeleted"),
+        timeout=15,
+        every=POLL,
+    )
     assert ev["type"] == "Warning" and "(4s)" in ev["message"]
 
 
 def test_force_delete_removes_workload(start_gateway, control_plane, kubectl, ns) -> None:
     gw = start_gateway()
     apply(kubectl, pod("f", ns, gw.node_name))
-    p = wait_until("Running", phase_is(control_plane, ns, "f", "Running"), timeout=30)
+    p = wait_until("Running", phase_is(control_plane, ns, "f", "Running"), timeout=30, every=POLL)
     uid = p["metadata"]["uid"]
     assert uid in workloads(gw)
     kubectl("delete", "pod", "-n", ns, "f", "--grace-period=0", "--force")
-    wait_until("workload removed", lambda: uid not in workloads(gw), timeout=20)
+    wait_until("workload removed", lambda: uid not in workloads(gw), timeout=20, every=POLL)
 
 
 def test_restart_mid_burst_has_exactly_one_workload_per_pod(
@@ -274,9 +267,7 @@ def test_restart_mid_burst_has_exactly_one_workload_per_pod(
     gw = start_gateway({"pods": {"workers": 10}})
     n = 200
     apply(kubectl, *[pod(f"b{i:03d}", ns, gw.node_name) for i in range(n)])
-    wait_until(
-        "some workloads created", lambda: len(workloads(gw)) >= 20, timeout=60, interval=0.05
-    )
+    wait_until("some workloads created", lambda: len(workloads(gw)) >= 20, timeout=60, every=0.05)
     half = len(workloads(gw))
     gw.kill()  # a crash, mid-burst
     t_restart = time.monotonic()
@@ -286,7 +277,7 @@ def test_restart_mid_burst_has_exactly_one_workload_per_pod(
         "all pods Running",
         lambda: all(i["status"].get("phase") == "Running" for i in json.loads(listed())["items"]),
         timeout=180,
-        interval=1,
+        every=1,
     )
     took = time.monotonic() - t_restart
     items = json.loads(listed())["items"]
@@ -318,7 +309,9 @@ def test_pods_deleted_while_gateway_down(start_gateway, control_plane, kubectl, 
         pod("stays", ns, gw.node_name),
     )
     for name in ("gone", "graceful", "stays"):
-        wait_until(f"{name} Running", phase_is(control_plane, ns, name, "Running"), timeout=30)
+        wait_until(
+            f"{name} Running", phase_is(control_plane, ns, name, "Running"), timeout=30, every=POLL
+        )
     uids = {
         name: get_pod(control_plane, ns, name)["metadata"]["uid"]
         for name in ("gone", "graceful", "stays")
@@ -328,11 +321,14 @@ def test_pods_deleted_while_gateway_down(start_gateway, control_plane, kubectl, 
     kubectl("delete", "pod", "-n", ns, "graceful", "--grace-period=120", "--wait=false")
     assert get_pod(control_plane, ns, "graceful")["metadata"]["deletionTimestamp"]  # type: ignore[index]
     gw.start()
-    wait_until("orphan workload removed", lambda: uids["gone"] not in workloads(gw), timeout=30)
+    wait_until(
+        "orphan workload removed", lambda: uids["gone"] not in workloads(gw), timeout=30, every=POLL
+    )
     wait_until(
         "terminating pod finished",
         lambda: get_pod(control_plane, ns, "graceful") is None,
         timeout=30,
+        every=POLL,
     )
     assert uids["graceful"] not in workloads(gw)
     assert uids["stays"] in workloads(gw)
@@ -440,7 +436,7 @@ def test_env_resolved_as_kubernetes_would(start_gateway, control_plane, kubectl,
             ],
         ),
     )
-    p = wait_until("Running", phase_is(control_plane, ns, "env", "Running"), timeout=30)
+    p = wait_until("Running", phase_is(control_plane, ns, "env", "Running"), timeout=30, every=POLL)
     uid = p["metadata"]["uid"]
     # values Kubernetes itself knows: the pod's IP, the services' cluster IPs, defaulted requests
     pod_ip = p["status"]["podIP"]
@@ -514,7 +510,7 @@ def test_missing_mandatory_key_keeps_pod_pending_with_event(
         )
         return p if waiting.get("reason") == "CreateContainerConfigError" else None
 
-    p = wait_until("CreateContainerConfigError", config_error, timeout=30)
+    p = wait_until("CreateContainerConfigError", config_error, timeout=30, every=POLL)
     assert p["status"]["phase"] == "Pending"
     assert (
         'configmap "later" not found'
@@ -535,7 +531,9 @@ def test_missing_mandatory_key_keeps_pod_pending_with_event(
             "data": {"x": "1"},
         },
     )
-    p = wait_until("Running", phase_is(control_plane, ns, "cfgerr", "Running"), timeout=30)
+    p = wait_until(
+        "Running", phase_is(control_plane, ns, "cfgerr", "Running"), timeout=30, every=POLL
+    )
     assert (
         dict(workloads(gw)[p["metadata"]["uid"]]["extra"]["containers"]["app"]["env"])["X"] == "1"
     )
@@ -547,7 +545,7 @@ def test_unsupported_volume_fails_with_reason(start_gateway, control_plane, kube
         kubectl,
         pod("hp", ns, gw.node_name, volumes=[{"name": "host", "hostPath": {"path": "/etc"}}]),
     )
-    p = wait_until("Failed", phase_is(control_plane, ns, "hp", "Failed"), timeout=30)
+    p = wait_until("Failed", phase_is(control_plane, ns, "hp", "Failed"), timeout=30, every=POLL)
     assert p["status"]["reason"] == "UnsupportedVolume"
     assert 'volume "host"' in p["status"]["message"]
     out = kubectl("get", "pod", "-n", ns, "hp").stdout
@@ -603,7 +601,7 @@ def test_projected_service_account_token(start_gateway, control_plane, kubectl, 
             ],
         ),
     )
-    p = wait_until("Running", phase_is(control_plane, ns, "tok", "Running"), timeout=30)
+    p = wait_until("Running", phase_is(control_plane, ns, "tok", "Running"), timeout=30, every=POLL)
     files = workloads(gw)[p["metadata"]["uid"]]["extra"]["containers"]["app"]["files"]
     assert files["/var/run/api/namespace"] == ns
     token = files["/var/run/api/token"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import events_about, wait_until
 
 from devstack.agent import GatewayProcess
 
@@ -25,15 +25,8 @@ pytestmark = pytest.mark.e2e
 PASSWORD = "e2e-registry-password-7f3a"
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: polling every 0.2 s (waiting.wait_until: 60 s, every 0.3 s).
+POLL = 0.2
 
 
 def apply(kubectl: Any, *objs: dict[str, Any]) -> None:
@@ -88,17 +81,6 @@ def running(cp: Any, ns: str, name: str) -> Callable[[], Any]:
     return check
 
 
-def warnings(cp: Any, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
-    evs = cp.get(f"/api/v1/namespaces/{ns}/events") or {}
-    return [
-        e
-        for e in evs.get("items", [])
-        if e["involvedObject"].get("name") == name
-        and e["reason"] == reason
-        and e["type"] == "Warning"
-    ]
-
-
 def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
     start_gateway, control_plane, kubectl
 ) -> None:
@@ -132,8 +114,8 @@ def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
     )
 
     # 1. the matching login (only ghcr.io: the Docker Hub one matches no image) reached the backend
-    wait_until("private Running", running(control_plane, ns, "private"))
-    rec = wait_until("private's workload", lambda: workload(gw, ns, "private"))
+    wait_until("private Running", running(control_plane, ns, "private"), every=POLL)
+    rec = wait_until("private's workload", lambda: workload(gw, ns, "private"), every=POLL)
     assert rec["extra"]["registry_credentials"] == [
         {"server": "ghcr.io", "username": "gh-bot", "source": "secret/regcred"}
     ]
@@ -142,8 +124,8 @@ def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
     assert PASSWORD not in gw.log_text()
 
     # 2. a missing pull secret: the pod still runs, with the kubelet's Warning event
-    wait_until("orphan Running", running(control_plane, ns, "orphan"))
-    orphan = wait_until("orphan's workload", lambda: workload(gw, ns, "orphan"))
+    wait_until("orphan Running", running(control_plane, ns, "orphan"), every=POLL)
+    orphan = wait_until("orphan's workload", lambda: workload(gw, ns, "orphan"), every=POLL)
     assert orphan["extra"]["registry_credentials"] == []
     missing = (
         "Unable to retrieve some image pull secrets (does-not-exist); attempting to pull the "
@@ -154,10 +136,12 @@ def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
     # was created ("Unable to read image pull secrets …", gateway/pods/pullsecrets.py), which
     # is its own Warning with the same reason: a CI run saw both
     def with_missing() -> list[dict[str, Any]] | None:
-        evs = warnings(control_plane, ns, "orphan", "FailedToRetrieveImagePullSecret")
+        evs = events_about(
+            control_plane, ns, "orphan", "FailedToRetrieveImagePullSecret", event_type="Warning"
+        )
         return evs if any(e["message"] == missing for e in evs) else None
 
-    seen = wait_until("FailedToRetrieveImagePullSecret for the 404", with_missing)
+    seen = wait_until("FailedToRetrieveImagePullSecret for the 404", with_missing, every=POLL)
     assert [e["message"] for e in seen if e["message"] == missing] == [missing], seen
     assert all(
         e["message"] == missing or e["message"].startswith("Unable to read image pull secrets")
@@ -165,10 +149,13 @@ def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
     ), seen
 
     # 3. a malformed pull secret: named in a Warning event, the pod still runs
-    wait_until("bad Running", running(control_plane, ns, "bad"))
+    wait_until("bad Running", running(control_plane, ns, "bad"), every=POLL)
     (bad,) = wait_until(
         "InvalidImagePullSecret",
-        lambda: warnings(control_plane, ns, "bad", "InvalidImagePullSecret"),
+        lambda: events_about(
+            control_plane, ns, "bad", "InvalidImagePullSecret", event_type="Warning"
+        ),
+        every=POLL,
     )
     assert 'image pull secret "broken" key ".dockerconfigjson"' in bad["message"]
     assert "quay.io" in bad["message"] and "not base64" in bad["message"]

@@ -12,27 +12,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import time
 import urllib.error
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: up to 90 s, polling every 0.5 s (waiting.wait_until: 60 s, every 0.3 s).
+WAIT = 90.0
+POLL = 0.5
 
 
 def md5(text: str) -> str:
@@ -160,7 +153,12 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
         return result
 
     try:
-        wait_until("the pod Running", lambda: pod()["status"].get("phase") == "Running")
+        wait_until(
+            "the pod Running",
+            lambda: pod()["status"].get("phase") == "Running",
+            timeout=WAIT,
+            every=POLL,
+        )
     except AssertionError as exc:
         events = kubectl("get", "events", "-n", ns, check=False).stdout
         raise AssertionError(f"{exc}\nstatus: {pod()['status']}\nevents:\n{events}") from None
@@ -237,7 +235,7 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
             return exc.code == 404
         return False
 
-    wait_until("the job's Variable removed with its purge", variable_gone, timeout=60)
+    wait_until("the job's Variable removed with its purge", variable_gone, timeout=60, every=POLL)
 
     assert "DEBUG" in places["gateway log"]  # it really ran at debug
     assert all(places.values()), [k for k, v in places.items() if not v]

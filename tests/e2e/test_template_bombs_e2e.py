@@ -16,11 +16,11 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from tests.template_bombs import Bomb, corpus
 
@@ -45,15 +45,9 @@ def key(bomb: Bomb) -> str:
     return f"nomad__{bomb.file}"
 
 
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+#: This file's waits: up to 120 s, polling every 0.5 s (waiting.wait_until: 60 s, every 0.3 s).
+WAIT = 120.0
+POLL = 0.5
 
 
 def vm(pid: int, key: str) -> int:
@@ -141,6 +135,8 @@ def test_the_bomb_corpus_through_the_configmap_path(
             "templates loaded" in line and names["nested_tojson.j2"] in line
             for line in gw.log_text().splitlines()
         ),
+        timeout=WAIT,
+        every=POLL,
     )
     pid = gw.pid
     assert pid is not None
@@ -209,8 +205,19 @@ def test_the_bomb_corpus_through_the_configmap_path(
             where = f"{names[b.file]}:{b.line + 1}" if b.line else f"{names[b.file]}:"
             assert st["phase"] == "Pending", (b.file, st)
             assert b.expect in st["message"] and where in st["message"], (b.file, st["message"])
-        wait_until("the harmless pod Running", lambda: statuses()["fine"].get("phase") == "Running")
-        first = event_counts()
+        wait_until(
+            "the harmless pod Running",
+            lambda: statuses()["fine"].get("phase") == "Running",
+            timeout=WAIT,
+            every=POLL,
+        )
+        # Events trail the status writes (their own queue and budget): wait for every bomb's
+        first = wait_until(
+            "a TranslationFailed Event for every bomb",
+            lambda: (c := event_counts()).keys() >= {pod_name(b) for b in bombs} and c,
+            timeout=WAIT,
+            every=POLL,
+        )
         assert set(first) == {pod_name(b) for b in bombs}
         for round_ in range(1, ROUNDS + 1):
             kubectl("apply", "-f", "-", input=configmap(round_))
@@ -220,8 +227,16 @@ def test_the_bomb_corpus_through_the_configmap_path(
                     event_counts().get(pod_name(b), 0) >= first[pod_name(b)] + r for b in bombs
                 ),
                 timeout=180,
+                every=POLL,
             )
-        time.sleep(2)  # a few more probes after the bombs
+        # a few more probes after the bombs
+        probed = probes.samples
+        wait_until(
+            "20 more /healthz probes after the bombs",
+            lambda: probes.samples >= probed + 20,
+            timeout=60,
+            every=POLL,
+        )
     finally:
         probes.stop.set()
         probes.join(35)

@@ -8,27 +8,15 @@ with an Event and the previous template keeps working.
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from waiting import wait_for_event, wait_until
 
 pytestmark = pytest.mark.e2e
 
 SYSTEM_NS = "vkgate-templates"
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def configmap(template: str) -> str:
@@ -147,16 +135,14 @@ def test_configmap_templates_per_team_live(
         input=configmap('{% extends "nomad/job.j2" %}\n{% block meta %}{{ }}{% endblock %}'),
     )
 
-    def rejected() -> Any:
-        out = kubectl("get", "events", "-n", SYSTEM_NS, "-o", "json").stdout
-        return [
-            e
-            for e in json.loads(out)["items"]
-            if e["reason"] == "TemplateRejected"
-            and e["involvedObject"].get("name") == "ml-templates"
-        ]
-
-    event = wait_until("a TemplateRejected event", rejected)[0]
+    event = wait_for_event(
+        "a TemplateRejected event",
+        kubectl,
+        SYSTEM_NS,
+        "ml-templates",
+        "TemplateRejected",
+        timeout=60,
+    )
     assert event["type"] == "Warning"
     assert (
         "teams/ml/nomad/job.j2:2" in event["message"]

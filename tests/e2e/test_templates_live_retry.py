@@ -14,10 +14,10 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from waiting import events_about, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -37,17 +37,6 @@ FIXED = (
     "{% block meta %}{{ dict(n.meta, team=team, "
     'owner=meta.labels.get("needs-owner", "")) | tojson }}{% endblock %}\n'
 )
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0, every: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def configmap(team: str, template: str) -> str:
@@ -151,22 +140,12 @@ def test_template_error_waits_for_the_template_fix(
     )
     assert described
 
-    # no hot loop: the failing render is not repeated while the template stays as it is
+    # no hot loop: the failing render is not repeated while the template stays as it is.  A
+    # repeat that must not happen has no moment to wait for: 8 s pass, then the log is read.
     time.sleep(8)
     log_lines = gw.log_text().count(f"pod {ns}/picky: template")
     assert log_lines == 1, gw.log_text()[-3000:]
-    events = json.loads(
-        kubectl(
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            "involvedObject.name=picky,reason=TranslationFailed",
-            "-o",
-            "json",
-        ).stdout
-    )["items"]
+    events = events_about(kubectl, ns, "picky", "TranslationFailed")
     assert len(events) == 1 and events[0]["count"] == 1
     assert events[0]["type"] == "Warning"
     assert phase("picky") == "Pending"

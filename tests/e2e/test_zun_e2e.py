@@ -9,34 +9,21 @@ text through the kubelet API; deleting a running pod stops and deletes the Zun c
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contract" / "zun"))
 from fake_zun import FakeOpenStack, LoopbackServer
 from zun_upstream import zun_api_or_none
 
 pytestmark = pytest.mark.e2e
-
-
-def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture
@@ -100,13 +87,6 @@ def phase_is(kubectl, name: str, phase: str) -> Callable[[], Any]:
     return lambda: (p := get_pod(kubectl, name)).get("status", {}).get("phase") == phase and p
 
 
-def kubelet_listening(gw: Any) -> bool:
-    port = int(gw.settings["kubelet"]["port"])
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-    return False
-
-
 def test_pod_runs_to_succeeded_with_the_zun_exit_code(
     start_gateway, kubectl, openstack: LoopbackServer
 ) -> None:
@@ -136,8 +116,6 @@ def test_kubectl_logs_reads_the_zun_container_log(
 ) -> None:
     fake = openstack.fake
     gw = start_gateway(zun_settings(fake))
-    if not kubelet_listening(gw):
-        pytest.skip("the kubelet HTTPS server is not wired into gateway.app yet (kubelet helper)")
     name = f"logs-{uuid.uuid4().hex[:6]}"
     kubectl("apply", "-f", "-", input=pod_manifest(name, gw.node_name))
     wait_until("pod Running", phase_is(kubectl, name, "Running"))

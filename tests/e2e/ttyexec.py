@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
+from conftest import unavailable
 
 #: Prints the tty and its size, reads one line, exits 4.
 REMOTE = "sleep 0.5; tty; stty size; read x; echo got $x; exit 4"
@@ -34,7 +34,7 @@ def _read_to_end(p: subprocess.Popen[bytes], timeout: float) -> bytes:
 
 def exec_it(kubeconfig: Path, kubectl_path: Path, pod: str, *, remote: str = REMOTE) -> Any:
     """Run ``sh -c remote`` in ``pod`` through ``kubectl exec -it`` in a 100x30 pty, type
-    ``hello``; returns (output with CRLF → LF, exit code).  Skips without ``script``.
+    ``hello``; returns (output with CRLF → LF, exit code).  Without ``script``: ``unavailable``.
 
     stdin stays open until the session has ended: at EOF on its stdin ``script`` types the
     terminal's EOF (^D) into kubectl, which sends it as stdin — and on Nomad 1.6.3 stdin that
@@ -42,7 +42,7 @@ def exec_it(kubeconfig: Path, kubectl_path: Path, pod: str, *, remote: str = REM
     (docs/design/nomad.md, "Exec WebSocket")."""
     script = shutil.which("script")
     if script is None:
-        pytest.skip("util-linux `script` is not installed: no pty for kubectl exec -it")
+        unavailable("util-linux `script` is not installed: no pty for kubectl exec -it")
     argv: Sequence[str] = (str(kubectl_path), f"--kubeconfig={kubeconfig}", "exec", "-it", pod)
     inner = f"stty cols 100 rows 30; {' '.join(argv)} -- sh -c '{remote}'"
     with subprocess.Popen(
