@@ -1,33 +1,59 @@
-"""Run a command inside a fresh network namespace that has only ``lo``.
+"""Run a command inside a fresh network namespace that has only ``lo``, as the init of a PID
+namespace of its own: nothing it starts outlives it.
 
 Why: the e2e tier's network rule is "loopback only".  Inside a namespace with no other
 interface and no route, a stray connection (cloud metadata, an update check, a mistyped
 address) fails at once with ENETUNREACH instead of leaving the machine — the rule is enforced,
-not just hoped for.
+not just hoped for.  And "nothing survives a run": a Nomad executor whose agent was killed, a
+task that called ``setsid``, a daemon that double-forked all stay in the PID namespace, and the
+kernel kills every process of a PID namespace when its init dies — however the run ends,
+``kill -9`` included (docs/design/control-plane.md, "Nothing survives a run").
 
     python -m devstack.netns [--require] -- pytest -m e2e tests/e2e
 
-How: re-run this module under ``unshare --net`` (root only: as non-root we would need a user
-namespace, where Nomad believes it is root and fails to create its cgroup), bring ``lo`` up
-with one ioctl, then ``exec`` the command.  Where the namespace cannot be created the command
-runs unisolated after one line on stderr, or fails with ``--require``.
+How: re-run this module under ``unshare --net --pid --fork --kill-child --mount-proc`` (root
+only: as non-root we would need a user namespace, where Nomad believes it is root and fails to
+create its cgroup).  The re-run module is PID 1 of the new namespace: it brings ``lo`` up with
+one ioctl, starts the command, reaps every orphan while it runs, and when the command exits,
+lists what is still alive: after a short grace it names each leftover process on stderr and
+exits non-zero (then the kernel kills them).  ``unshare`` dies with its parent
+(``PR_SET_PDEATHSIG``), and ``--kill-child`` takes the init with it.  Where the namespaces
+cannot be created the command runs unisolated after one line on stderr, or fails with
+``--require``.
+
+``enter_private_network()`` gives the calling thread a further network namespace of its own:
+each parallel e2e worker (pytest-xdist) calls it first, so that its clusters, addresses and
+ports cannot meet another worker's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 _MARK = "VKGATE_NETNS"
 #: The network namespace the command was started from (recorded before ``unshare``).
 _HOST_NS = "VKGATE_NETNS_OUTSIDE"
+#: Set by the launcher for the one re-run under ``unshare``; the init takes it out of the
+#: environment, so a nested ``python -m devstack.netns`` makes namespaces of its own again.
+_INIT = "VKGATE_NETNS_INIT"
+_CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+#: How long the init waits for processes still exiting after the command before it names
+#: them as leftovers (a gateway's last Event flush, a dockerd shim finishing its exit).
+LEFTOVER_GRACE = 10.0
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -98,15 +124,114 @@ def add_veth_address(name: str, ip: str) -> None:
     ip_cmd("link", "set", f"{name}p", "up")
 
 
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def enter_private_network() -> None:
+    """Move the calling thread (call it from the main thread, before any server starts) into a
+    fresh network namespace with only ``lo``, up.  Only inside the namespace this module made:
+    a parallel e2e worker must never leave the host's network for a namespace it cannot see."""
+    if not isolated():
+        raise RuntimeError("refusing to unshare the network outside the e2e network namespace")
+    if _libc().unshare(_CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
+    bring_loopback_up()
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process (and what it ``exec``s, e.g. ``unshare``) when its parent dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def can_unshare() -> str:
-    """Empty string when ``unshare --net`` works here, else why not."""
+    """Empty string when ``unshare --net --pid`` works here, else why not."""
     if os.geteuid() != 0:
         return "not root"
     exe = shutil.which("unshare")
     if exe is None:
         return "no unshare(1)"
-    probe = subprocess.run([exe, "--net", "true"], capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        [exe, *_UNSHARE_FLAGS, "true"], capture_output=True, text=True, check=False
+    )
     return "" if probe.returncode == 0 else (probe.stderr.strip() or f"exit {probe.returncode}")
+
+
+_UNSHARE_FLAGS = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+
+
+def _others() -> dict[int, str]:
+    """Every process of this PID namespace but its init (this process), reaping the zombies
+    among them: pid → command line."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if stat[stat.rindex(")") + 2 :].startswith("Z"):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            continue
+        found[pid] = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+    return found
+
+
+def leftovers(grace: float = LEFTOVER_GRACE) -> dict[int, str]:
+    """The processes still alive ``grace`` seconds after the command ended (none: {})."""
+    deadline = time.monotonic() + grace
+    while True:
+        alive = _others()
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def run_as_init(command: Sequence[str], *, grace: float = LEFTOVER_GRACE) -> int:
+    """PID 1 of the namespace: run ``command``, reap orphans, forward SIGTERM/SIGHUP/SIGQUIT
+    (SIGINT reaches the command from the terminal by itself: same process group), then fail
+    when anything outlived the command.  Returns the exit status to leave with."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - replaced by exec
+        try:
+            os.execvp(command[0], list(command))
+        finally:
+            os._exit(127)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # pragma: no cover - the command is our child
+            return 1
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            rc = 128 - code if code < 0 else code
+            break
+    left = leftovers(grace)
+    if left:
+        print(
+            f"vkgate netns: {len(left)} process(es) outlived the command "
+            f"(killed now; nothing may survive a run):",
+            file=sys.stderr,
+        )
+        for pid, cmd in sorted(left.items()):
+            print(f"  pid {pid}: {cmd[:300]}", file=sys.stderr)
+        sys.stderr.flush()
+        return rc or 1
+    return rc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,9 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
-    if os.environ.get(_MARK) == "1":
+    if os.environ.pop(_INIT, None) == "1":
         bring_loopback_up()
-        os.execvp(command[0], command)
+        return run_as_init(command)
     why = can_unshare()
     if why:
         msg = f"vkgate netns: no isolated network namespace ({why}); running without it"
@@ -128,9 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(msg, file=sys.stderr, flush=True)
         os.execvp(command[0], command)
-    env = dict(os.environ, **{_MARK: "1", _HOST_NS: str(_netns_inode())})
+    env = dict(os.environ, **{_MARK: "1", _HOST_NS: str(_netns_inode()), _INIT: "1"})
     unshare = shutil.which("unshare") or "unshare"
-    argv2 = [unshare, "--net", "--", sys.executable, "-m", "devstack.netns", "--", *command]
+    argv2 = [unshare, *_UNSHARE_FLAGS, "--", sys.executable, "-m", "devstack.netns", "--", *command]
+    _die_with_parent()
     os.execvpe(argv2[0], argv2, env)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from devstack.controlplane import binary
-from devstack.process import DevstackError, Proc, free_port, wait_for
+from devstack.process import DevstackError, Proc, free_port, kill_processes_under, wait_for
 
 log = logging.getLogger("vkgate.devstack.nomad")
 
@@ -184,6 +184,8 @@ class NomadAgent:
         try:
             self.proc.stop(timeout=15)
         finally:
+            for what in kill_processes_under(self.workdir):
+                log.warning("killed a process the stopped Nomad agent left: %s", what)
             unmount_under(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -32,6 +32,7 @@ docker socket).  The clients' addresses never exist on the host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -54,7 +55,7 @@ from devstack.certs import CertKey, issue, new_ca
 from devstack.controlplane import binary
 from devstack.docker import PAUSE_IMAGE
 from devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, bench_client, docker_plugin
-from devstack.process import DevstackError, Proc, free_port, wait_for
+from devstack.process import DevstackError, Proc, free_port, kill_processes_under, wait_for
 from translators.base import OWNER_KEY, OWNER_VALUE
 from translators.nomad.jobs import META_NODE
 
@@ -277,15 +278,47 @@ class NomadCluster:
         finally:
             from devstack.docker import unmount_below
 
+            for what in kill_processes_under(self.workdir):
+                log.warning("killed a process the stopped Nomad cluster left: %s", what)
+            remove_cgroups(self.cgroup_parents())
             release_leases(allocs)
             unmount_below(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def cgroup_parents(self) -> list[str]:
+        return [cgroup_parent(self.workdir, node) for node in self.clients]
 
     def _alloc_ids(self) -> set[str]:
         try:
             return {str(a["ID"]) for a in self.get("/v1/allocations?namespace=*")}
         except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
             return set()
+
+
+def cgroup_parent(cluster_dir: Path, node: NomadClientNode) -> str:
+    """The client's cgroup parent: unique per cluster (its temp dir's name) and client."""
+    return f"/vkgate-{cluster_dir.name}-{node.name}"
+
+
+#: Where the cgroup hierarchies are mounted (v1: one per controller; v2: the unified tree).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def remove_cgroups(parents: Sequence[str], root: Path = CGROUP_ROOT) -> None:
+    """Remove the clients' cgroup parents, deepest first, in every hierarchy that has them
+    (Nomad leaves the parent behind; a cgroup with a process in it stays: rmdir refuses)."""
+    if not root.is_dir():
+        return
+    tops = [root / p.strip("/") for p in parents]
+    tops += [h / p.strip("/") for h in root.iterdir() if h.is_dir() for p in parents]
+    for top in tops:
+        if not top.is_dir():
+            continue
+        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
 
 
 def release_leases(alloc_ids: set[str], leases: Path = CNI_LEASES) -> list[Path]:
@@ -465,8 +498,8 @@ def _client_config(
             "alloc_dir": str(wd / "alloc"),
             "state_dir": str(wd / "client"),
             # Two clients on one host: each its own cgroup tree, or one would reconcile away the
-            # other's task cgroups.
-            "cgroup_parent": f"/vkgate-{node.name}",
+            # other's task cgroups; and each cluster its own (parallel e2e workers run one each).
+            "cgroup_parent": cgroup_parent(wd.parent, node),
             **bridge,
             "options": {
                 "fingerprint.denylist": FINGERPRINT_DENYLIST,

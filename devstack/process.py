@@ -47,6 +47,37 @@ class BinaryUnavailable(DevstackError):
     """A required binary is missing and cannot be built here (no Go, build failed)."""
 
 
+def kill_processes_under(path: Path) -> list[str]:
+    """SIGKILL every process (but this one) whose working directory is ``path`` or below it, or
+    whose command line names it, and return what was killed (``"pid: command"``).
+
+    For what a stopped agent leaves: a Nomad client that is killed (or stopped while a task
+    ignores it) leaves its executors — each in a session of its own, so no group signal
+    reaches them — and their tasks running in its alloc dir.  After the agent is stopped
+    nothing of it may run there (docs/design/control-plane.md, "Nothing survives a run")."""
+    root = str(path).rstrip("/")
+    killed: list[str] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            cmd = (
+                Path(f"/proc/{pid}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
+        except OSError:
+            continue  # gone, or a kernel thread
+        if cwd == root or cwd.startswith(root + "/") or root + "/" in cmd or cmd.endswith(root):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(f"{pid}: {cmd.strip()[:200]}")
+    return killed
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (bind to 0, read, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -89,3 +89,45 @@ def test_free_port_is_bindable_on_loopback() -> None:
 def test_missing_executable_is_a_devstack_error(tmp_path: Path) -> None:
     with pytest.raises(DevstackError, match="cannot start"):
         Proc("nope", [str(tmp_path / "no-such-binary")], log_file=tmp_path / "l")
+
+
+def test_kill_processes_under_kills_what_runs_in_or_names_a_dir_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """What a stopped Nomad agent leaves — an executor naming its alloc dir, a task whose
+    working directory is in it, each in a session of its own — is killed; a process elsewhere
+    is not."""
+    import subprocess
+    import sys
+
+    from devstack.process import kill_processes_under
+
+    inside = tmp_path / "alloc" / "task"
+    inside.mkdir(parents=True)
+    elsewhere = tmp_path.parent
+    task = subprocess.Popen(["sleep", "61"], cwd=inside, start_new_session=True)
+    executor = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(62)", str(tmp_path / "alloc" / "log")],
+        cwd=elsewhere,
+        start_new_session=True,
+    )
+    bystander = subprocess.Popen(["sleep", "63"], cwd=elsewhere, start_new_session=True)
+    try:
+        wait_for(
+            "the three processes exec'd",
+            lambda: all(
+                b"sleep" in Path(f"/proc/{p.pid}/cmdline").read_bytes()
+                for p in (task, executor, bystander)
+            ),
+            timeout=10,
+            interval=0.02,
+        )
+        killed = kill_processes_under(tmp_path)
+        assert task.wait(timeout=10) == -9
+        assert executor.wait(timeout=10) == -9
+        assert bystander.poll() is None
+        assert sorted(int(k.split(":")[0]) for k in killed) == sorted([task.pid, executor.pid])
+    finally:
+        for p in (task, executor, bystander):
+            p.kill()
+            p.wait()
