@@ -53,10 +53,56 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel worker (pytest-xdist) first moves into a network namespace of its own, inside
+    the one ``devstack.netns`` made: its control planes, Nomad cluster, dockerd, node addresses
+    (198.51.100.x) and ports cannot meet another worker's, so tests need no shared-resource
+    bookkeeping (docs/design/control-plane.md, "The e2e tier in parallel")."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and netns.isolated():
+        netns.enter_private_network()
+
+
+#: A test's call phase may take this long unless it is marked ``budget(seconds, why)``.
+DEFAULT_BUDGET = 60.0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.e2e)
+        alone = item.get_closest_marker("alone")
+        if alone is not None and not (alone.args or alone.kwargs.get("why")):
+            raise pytest.UsageError(f"{item.nodeid}: alone(why) needs the reason it runs alone")
+
+
+def budget_of(item: pytest.Item) -> float:
+    """The test's budget in seconds: its ``budget`` marker, else ``DEFAULT_BUDGET``."""
+    mark = item.get_closest_marker("budget")
+    if mark is None:
+        return DEFAULT_BUDGET
+    seconds = mark.args[0] if mark.args else mark.kwargs.get("seconds")
+    why = mark.args[1] if len(mark.args) > 1 else mark.kwargs.get("why", "")
+    if not isinstance(seconds, int | float) or seconds <= 0 or not why:
+        raise pytest.UsageError(f"{item.nodeid}: budget(seconds > 0, why) needs both")
+    return float(seconds)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test whose call phase passed but took longer than its budget fails, saying so: slowness
+    shows up as a failure that names the test, not as a CI time-out."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if call.when != "call" or not report.passed or HERE not in item.path.parents:
+        return
+    budget = budget_of(item)
+    if call.duration > budget:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} passed but took {call.duration:.1f}s, over its budget of "
+            f"{budget:.0f}s: make it faster, or mark it @pytest.mark.budget(seconds, why) "
+            f"with the reason it needs that long"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -197,9 +243,18 @@ def nomad_cluster(dockerd: Dockerd) -> Iterator[NomadCluster]:
     _CLUSTERS.append(cluster)
     try:
         yield cluster
+        _no_job_of_a_stopped_gateway_left(cluster)
     finally:
         _CLUSTERS.remove(cluster)
         cluster.stop()
+
+
+def _no_job_of_a_stopped_gateway_left(cluster: NomadCluster) -> None:
+    """The run's last Nomad step: the jobs of the gateways stopped since the last test are
+    purged, and then none may be left (a purge that failed or missed one fails the run)."""
+    cluster.purge_vkgate_jobs(keep=live_node_names())
+    left = cluster.purge_vkgate_jobs(keep=live_node_names())
+    assert not left, f"jobs of stopped gateways still on the e2e Nomad cluster: {left}"
 
 
 #: The shared Nomad cluster once a test has started it (``_purge_jobs_of_stopped_gateways``).
