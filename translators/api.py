@@ -36,7 +36,7 @@ the contract                    ``BackendHarness``, ``CHECKS``, ``NotApplicable`
 ==============================  ===========================================================
 
 Only names listed in ``__all__`` are the API; a plugin that imports anything else from vkgate
-may break with any release (``tests/unit/test_backend_api.py`` holds the acme test plugin to
+may break with any release (``tests/unit/test_backend_plugin.py`` holds the acme test plugin to
 this).
 """
 

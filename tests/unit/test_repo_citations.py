@@ -31,6 +31,8 @@ _FORBIDDEN = {
 _SECTION_SIGN = re.compile(r"§")
 _STANDARD = re.compile(r"\b(?:RFC\s*\d+|draft\b)")
 _DOCS_PATH = re.compile(r"(?<![\w/.])(docs/[\w./-]*\w)")
+#: A cited test file or folder (``tests/unit/test_x.py``, ``tests/e2e``) exists too.
+_TESTS_PATH = re.compile(r"(?<![\w/.])(tests/[\w./-]*\w)")
 _DESIGN_CITE = re.compile(r"(docs/design/[\w-]+\.md)`?,?\s+\"([^\"]+)\"")
 
 
@@ -78,7 +80,7 @@ def problems(path: Path, text: str) -> list[str]:
                 found.append(f"{rel}:{lineno}: cites {what}: {m.group(0)!r}")
         if _SECTION_SIGN.search(line) and not _STANDARD.search(line):
             found.append(f"{rel}:{lineno}: cites a numbered section (§) of an unnamed document")
-        for m in _DOCS_PATH.finditer(line):
+        for m in (*_DOCS_PATH.finditer(line), *_TESTS_PATH.finditer(line)):
             target = m.group(1).rstrip(".")
             if not (ROOT / target).exists():
                 found.append(f"{rel}:{lineno}: cites {target}, which does not exist")
@@ -109,6 +111,8 @@ def test_the_scan_sees_the_code_and_the_design_docs() -> None:
         ("# rules (contract §6)", "§"),
         ("# nomad.md §7", "§"),
         ("# see docs/design/nope.md", "does not exist"),
+        ("# (tests/unit/test_nope.py holds it)", "does not exist"),
+        ("# tests/e2e/conftest.py", None),
         ('# (docs/design/zun.md, "No such section")', "no such heading"),
         ('# (docs/design/kubelet-contract.md, "Environment\n# resolution")', None),
         ("# RFC 9110 §10.2.3", None),
