@@ -286,11 +286,28 @@ def _purge_jobs_of_stopped_gateways() -> Iterator[None]:
 _PURGED: list[str] = []
 
 
+#: Jobs the parallel workers purged, as each reported it when it went down.
+_WORKERS_PURGED: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker hands its count to the controller (xdist's ``workeroutput``)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["vkgate_purged"] = len(_PURGED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    _WORKERS_PURGED.append(int(getattr(node, "workeroutput", {}).get("vkgate_purged", 0)))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """How many jobs of stopped gateways the run cleaned up (what they would have held)."""
-    if _PURGED:
+    purged = len(_PURGED) + sum(_WORKERS_PURGED)
+    if purged:
         terminalreporter.write_line(
-            f"e2e: purged {len(_PURGED)} Nomad job(s) that stopped gateways left behind"
+            f"e2e: purged {purged} Nomad job(s) that stopped gateways left behind"
         )
 
 

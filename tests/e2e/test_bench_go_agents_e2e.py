@@ -103,6 +103,7 @@ def test_go_floor_writes_one_patch_and_one_delete_per_pod(
     ), "the floor registers no Node (like bench/ideal_kubelet.py)"
 
 
+@pytest.mark.budget(120, "a burst of pods through the Go virtual-kubelet library (~34 s alone)")
 def test_go_vk_library_runs_every_pod_and_counts_what_the_api_server_saw(
     control_plane: ControlPlane, go_binaries: None, tmp_path: Path
 ) -> None:
@@ -121,6 +122,7 @@ def test_go_vk_library_runs_every_pod_and_counts_what_the_api_server_saw(
     _assert_registered_like_a_kubelet(control_plane, "go-vk-lib")
 
 
+@pytest.mark.budget(120, "a burst of pods through the Go virtual-kubelet command (~34 s alone)")
 def test_go_vk_command_with_its_mock_provider_runs_every_pod(
     control_plane: ControlPlane, go_binaries: None, tmp_path: Path
 ) -> None:

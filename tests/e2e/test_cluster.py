@@ -276,6 +276,10 @@ def _sim_workloads(gw: GatewayProcess) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.budget(
+    120,
+    "the node lifecycle controller's grace period before it marks the node NotReady (~37 s alone)",
+)
 def test_node_lifecycle_with_the_real_controller(
     cluster: ControlPlane, cluster_kubectl: Any, start_cluster_gateway: Any, ns: str
 ) -> None:

@@ -235,6 +235,9 @@ def hpa(name: str, ns: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.budget(
+    240, "the HPA controller scales up on 15 s syncs, then down after its stabilization window"
+)
 @pytest.mark.parametrize(
     "template", ["nomad/raw_exec.j2", "nomad/job.j2"], ids=["raw_exec", "docker"]
 )

@@ -182,6 +182,10 @@ def test_nomad_state_loss_reruns_always_and_onfailure_fails_never(
     )
 
 
+@pytest.mark.budget(
+    150,
+    "Nomad frozen long enough for vkgate's backend calls to time out and back off (~55 s alone)",
+)
 def test_nomad_freeze_never_fails_a_pod_whose_job_lives(
     start_gateway: Any, kubectl: Any, ns: str, own_nomad: NomadAgent
 ) -> None:

@@ -92,6 +92,9 @@ class Probes(threading.Thread):
                 time.sleep(0.05)
 
 
+@pytest.mark.budget(
+    150, "every bomb of the corpus through a ConfigMap, one live reload each (~58 s alone)"
+)
 def test_the_bomb_corpus_through_the_configmap_path(
     kubectl: Any, nomad_agent: Any, start_gateway: Any
 ) -> None:
