@@ -66,7 +66,25 @@ def pytest_configure(config: pytest.Config) -> None:
 DEFAULT_BUDGET = 60.0
 
 
+#: The modules that hold a worker longest (each one to three minutes of a parallel run; the
+#: slowest-30 list ``tools/e2e.py`` prints): handed out first, so the parallel part does not
+#: end with two workers idle while a third starts one of them.
+LONG_MODULES = (
+    "test_cluster_workloads.py",
+    "test_image.py",
+    "test_faults_e2e.py",
+    "test_cluster.py",
+    "test_devstack.py",
+    "test_bench_go_agents_e2e.py",
+    "test_template_bombs_e2e.py",
+    "test_nomad_backoff.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # pytest-randomly has shuffled modules and tests already (its hook wraps this one); a stable
+    # sort keeps that order inside each of the two groups
+    items.sort(key=lambda item: Path(str(item.path)).name not in LONG_MODULES)
     for item in items:
         if HERE in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.e2e)
@@ -363,7 +381,7 @@ def _gateway_factory(
     yield factory
     for gw in started:
         gw.stop(timeout=15)
-        print(f"----- {gw!r} log (tail) -----\n{gw.log_text()[-6000:]}")
+        print(f"----- {gw!r} log (tail; all of it: {gw.log_path}) -----\n{gw.log_text()[-6000:]}")
         if delete_nodes:
             with contextlib.suppress(urllib.error.HTTPError):
                 cp.api().request("DELETE", f"/api/v1/nodes/{gw.node_name}")

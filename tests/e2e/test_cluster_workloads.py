@@ -475,6 +475,9 @@ def test_daemonset_tolerating_everything_is_refused_and_the_controller_backs_off
         reader.join(timeout=10)  # it reads stdout to its end
         err = watch.stderr.read() if watch.stderr else ""
         watch.wait(timeout=10)
+        for pipe in (watch.stdout, watch.stderr):
+            if pipe is not None:
+                pipe.close()
     offsets = _creation_offsets(lines)
     events = json.loads(cluster_kubectl("get", "events", "-n", ns, "-o", "json").stdout)["items"]
     refused = [e for e in events if e["reason"] == "DaemonSetRefused"]

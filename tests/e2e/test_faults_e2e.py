@@ -157,7 +157,25 @@ def test_nomad_state_loss_reruns_always_and_onfailure_fails_never(
         never = now["n0"]["status"]
         return rerun and never.get("phase") == "Failed" and never.get("reason") == "NotFound"
 
-    wait_until("Always/OnFailure Running again, Never Failed", converged, timeout=120, every=POLL)
+    try:
+        wait_until(
+            "Always/OnFailure Running again, Never Failed", converged, timeout=120, every=POLL
+        )
+    except AssertionError as exc:
+        seen = {
+            n: (
+                p["status"].get("phase"),
+                p["status"].get("reason"),
+                [
+                    (c.get("restartCount"), c.get("ready"), c.get("state"))
+                    for c in p["status"].get("containerStatuses") or []
+                ],
+            )
+            for n, p in pods(kubectl, ns).items()
+        }
+        raise AssertionError(
+            f"{exc}; pods: {seen}; jobs per pod: {jobs_per_uid(own_nomad)}"
+        ) from None
     took = time.monotonic() - t0
     jobs = jobs_per_uid(own_nomad)
     assert {uids[n]: jobs[uids[n]] for n in ("a0", "a1", "a2", "f0")} == {
