@@ -58,18 +58,26 @@ def test_the_agent_never_imports_the_dev_stack() -> None:
         "templates",
         "vkgate_core",
     }
-    assert forbid["forbidden_modules"].split() == ["devstack"]
+    assert forbid["forbidden_modules"].split() == ["devstack", "bench", "tools"]
     assert (ROOT / "devstack" / "dev.py").is_file()
     assert not (ROOT / "gateway" / "devstack").exists()
 
 
 def test_every_backend_is_independent_of_the_others() -> None:
-    independent = next(c for c in _contracts().values() if c.get("type") == "independence")
+    independent = _contracts()["importlinter:contract:backends-independent"]
     modules = {m.strip() for m in independent["modules"].split("\n") if m.strip()}
     from translators import plugins
 
     built_in = {k for k in plugins.kinds() if k != "acme"}  # acme lives in its own distribution
     assert {f"translators.{k}" for k in built_in} == modules
+
+
+def test_the_dev_stack_tools_and_benchmarks_keep_apart() -> None:
+    below = _contracts()["importlinter:contract:devstack-below-bench-and-tools"]
+    assert below["source_modules"].split() == ["devstack"]
+    assert below["forbidden_modules"].split() == ["bench", "tools"]
+    apart = _contracts()["importlinter:contract:tools-apart-from-bench"]
+    assert apart["type"] == "independence" and apart["modules"].split() == ["tools", "bench"]
 
 
 def test_the_neutral_core_imports_neither_side() -> None:
