@@ -208,9 +208,9 @@ def test_a_deleted_pod_stays_terminating_while_its_purged_jobs_task_handles_sigt
 
 
 def test_unschedulable_pod_shows_nomads_placement_reason(
-    control_plane: Any, kubectl: Any, gateway: Any
+    control_plane: Any, kubectl: Any, gateway: Any, nomad_agent: Any
 ) -> None:
-    """More CPU than the whole Nomad cluster has (3 cores on a 2-core dev agent)."""
+    """More CPU than any Nomad client has (3 cores; each client of the e2e cluster has 2)."""
     name = f"huge-{uuid.uuid4().hex[:5]}"
     kubectl("apply", "-f", "-", input=pod_manifest(name, gateway.node_name, "echo", cpu="3"))
 
@@ -218,7 +218,17 @@ def test_unschedulable_pod_shows_nomads_placement_reason(
         st = get_pod(control_plane, name).get("status", {})
         return st.get("reason") == "Unschedulable" and st
 
-    st = wait_until(f"{name} Unschedulable", unschedulable, every=POLL)
+    try:
+        st = wait_until(f"{name} Unschedulable", unschedulable, every=POLL)
+    except AssertionError as exc:
+        # what Nomad did with the job: its evaluations (status, blocked, FailedTGAllocs)
+        evals = [
+            {k: e.get(k) for k in ("ID", "Status", "TriggeredBy", "BlockedEval", "FailedTGAllocs")}
+            for e in nomad_agent.get("/v1/evaluations?namespace=default") or []
+            if str(e.get("JobID", "")).startswith(f"default-{name}-")
+        ]
+        pod = get_pod(control_plane, name).get("status", {})
+        raise AssertionError(f"{exc}; pod status: {pod}; nomad evaluations: {evals}") from None
     print(f"\n{name}: {st['phase']} {st['reason']}: {st['message']}")
     assert st["phase"] == "Pending"
     assert 'Dimension "cpu" exhausted' in st["message"]

@@ -675,10 +675,7 @@ class NomadTranslator:
             "Stop": False,
             "ModifyIndex": data.get("JobModifyIndex", 0),
         }
-        key = (region, ns, jid)
-        self.book.views.pop(key, None)
-        view = self.book.merge_job(job_stub, region=region)
-        assert view is not None
+        view = self.book.registered(job_stub, region=region)
         state = self._state(view)
         warnings = str(data.get("Warnings") or "").strip()
         if warnings:

@@ -69,6 +69,25 @@ class JobBook:
             view.update_job(job)
         return view
 
+    def registered(self, job: Mapping[str, Any], *, region: str) -> JobView:
+        """The view of a job this agent has just registered (``job``: the submitted job with
+        the reply's ``JobModifyIndex`` as ``ModifyIndex``).
+
+        The event stream may have merged this very registration before the reply was handled —
+        its Job event, and the evaluation that could not place it, whose placement reason no
+        second event repeats: that view is kept.  A view of an earlier job of the same ID (a
+        stopped or purged one, older than this registration) is replaced."""
+        key = (region, str(job.get("Namespace") or "default"), str(job["ID"]))
+        index = int(job.get("ModifyIndex") or 0)
+        seen = self.views.get(key)
+        if seen is not None and index > 0 and seen.modify_index >= index:
+            return seen
+        self.views.pop(key, None)
+        view = self.merge_job(job, region=region)
+        if view is None:
+            raise ValueError(f"nomad job {job['ID']!r} is not this node's to register")
+        return view
+
     def apply_listing(
         self, region: str, ns_param: str, jobs: Sequence[JSON], allocs: Sequence[JSON], index: int
     ) -> list[JobView]:

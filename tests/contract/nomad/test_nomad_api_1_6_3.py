@@ -463,3 +463,30 @@ def test_1_6_3_captures_are_1_6_3() -> None:
     for name in ("logs.json", "exec.json", "nodes.json", "literal.json"):
         assert "nomad agent -dev 1.6.3" in load(name)["note"], name
     assert _dt.date.fromisoformat(load("nodes.json")["note"].split(" on ")[1][:10])
+
+
+async def test_a_registration_the_stream_saw_first_keeps_its_placement_reason(
+    make_translator: MakeTranslator,
+) -> None:
+    """Under load the event stream can merge a new job and the evaluation that could not place
+    it before the register reply is handled.  No second event repeats the reason, so the view
+    the reply leads to must be the stream's, not a fresh one without it (an e2e run in parallel
+    left such a pod Pending, without a reason, for a minute)."""
+    raw = (API / "events-unschedulable.ndjson").read_bytes()
+    got, _, _ = await stream_batches(make_translator, raw)
+    book = await apply(got, node="vk-golden")
+    ((key, seen),) = book.views.items()
+    job = next(e["Payload"]["Job"] for batch in got for e in batch if e["Topic"] == "Job")
+    # the reply of that registration: its JobModifyIndex is the job's ModifyIndex
+    stub = {**job, "Status": "pending", "Stop": False, "ModifyIndex": job["ModifyIndex"]}
+    view = book.registered(stub, region="")
+    assert view is seen and book.views[key] is seen
+    state = workload_state(view)
+    assert (state.phase, state.reason) == (Phase.PENDING, "Unschedulable")
+    # a later registration of the same ID (the earlier job stopped): a fresh view
+    newer = {**stub, "ModifyIndex": job["ModifyIndex"] + 10}
+    fresh = book.registered(newer, region="")
+    assert fresh is not seen and book.views[key] is fresh
+    assert fresh.placement == "" and not fresh.allocs
+    # a reply without an index never keeps a view it cannot date
+    assert book.registered({**stub, "ModifyIndex": 0}, region="") is not fresh
