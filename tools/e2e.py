@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -206,13 +207,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(this order again: VKGATE_E2E_SEED={ns.seed})",
         flush=True,
     )
+    # SIGTERM (tox stopping, a CI time-out) ends the runs like Ctrl-C: the report of the runs
+    # that finished is still printed, and the run fails
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    runs: list[Run] = []
+    stopped = False
     with tempfile.TemporaryDirectory(prefix="vkgate-e2e-") as tmp:
-        runs = [
-            run_once(i, workers=ns.workers, seed=ns.seed + i - 1, args=args, out=Path(tmp))
-            for i in range(1, ns.runs + 1)
-        ]
+        try:
+            for i in range(1, ns.runs + 1):
+                runs.append(
+                    run_once(i, workers=ns.workers, seed=ns.seed + i - 1, args=args, out=Path(tmp))
+                )
+        except KeyboardInterrupt:
+            stopped = True
     report(runs, workers=ns.workers)
     problems = verdict(runs, ci=os.environ.get("CI", "").lower() in {"1", "true", "yes"})
+    if stopped:
+        problems.append(f"stopped after {len(runs)} of {ns.runs} run(s)")
     for p in problems:
         print(f"=== e2e FAILED: {p}")
     results = [r for run in runs for r in run.results]
