@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from budget import pytest_runtest_makereport  # noqa: F401 - the hook, registered here
 from waiting import wait_until
 
 from devstack import netns
@@ -62,10 +63,6 @@ def pytest_configure(config: pytest.Config) -> None:
         netns.enter_private_network()
 
 
-#: A test's call phase may take this long unless it is marked ``budget(seconds, why)``.
-DEFAULT_BUDGET = 60.0
-
-
 #: The modules that hold a worker longest (each one to three minutes of a parallel run; the
 #: slowest-30 list ``tools/e2e.py`` prints): handed out first, so the parallel part does not
 #: end with two workers idle while a third starts one of them.
@@ -91,36 +88,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         alone = item.get_closest_marker("alone")
         if alone is not None and not (alone.args or alone.kwargs.get("why")):
             raise pytest.UsageError(f"{item.nodeid}: alone(why) needs the reason it runs alone")
-
-
-def budget_of(item: pytest.Item) -> float:
-    """The test's budget in seconds: its ``budget`` marker, else ``DEFAULT_BUDGET``."""
-    mark = item.get_closest_marker("budget")
-    if mark is None:
-        return DEFAULT_BUDGET
-    seconds = mark.args[0] if mark.args else mark.kwargs.get("seconds")
-    why = mark.args[1] if len(mark.args) > 1 else mark.kwargs.get("why", "")
-    if not isinstance(seconds, int | float) or seconds <= 0 or not why:
-        raise pytest.UsageError(f"{item.nodeid}: budget(seconds > 0, why) needs both")
-    return float(seconds)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A test whose call phase passed but took longer than its budget fails, saying so: slowness
-    shows up as a failure that names the test, not as a CI time-out."""
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
-    if call.when != "call" or not report.passed or HERE not in item.path.parents:
-        return
-    budget = budget_of(item)
-    if call.duration > budget:
-        report.outcome = "failed"
-        report.longrepr = (
-            f"{item.nodeid} passed but took {call.duration:.1f}s, over its budget of "
-            f"{budget:.0f}s: make it faster, or mark it @pytest.mark.budget(seconds, why) "
-            f"with the reason it needs that long"
-        )
 
 
 @pytest.fixture(scope="session")
