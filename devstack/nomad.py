@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from devstack.controlplane import binary
-from devstack.process import DevstackError, Proc, free_port, kill_processes_under, wait_for
+from devstack.process import DevstackError, Proc, free_ports, kill_processes_under, wait_for
 
 log = logging.getLogger("vkgate.devstack.nomad")
 
@@ -275,7 +275,7 @@ def _start_once(
     bench_allocs: int = 0,
     event_buffer_size: int = 0,
 ) -> NomadAgent:
-    http, rpc, serf = free_port(), free_port(), free_port()
+    http, rpc, serf = free_ports(3)
     conf = wd / "agent.json"
     conf.write_text(
         _config(

@@ -55,7 +55,7 @@ from devstack.certs import CertKey, issue, new_ca
 from devstack.controlplane import binary
 from devstack.docker import PAUSE_IMAGE
 from devstack.nomad import DATACENTER, FINGERPRINT_DENYLIST, bench_client, docker_plugin
-from devstack.process import DevstackError, Proc, free_port, kill_processes_under, wait_for
+from devstack.process import DevstackError, Proc, free_ports, kill_processes_under, wait_for
 from translators.base import OWNER_KEY, OWNER_VALUE
 from translators.nomad.jobs import META_NODE
 
@@ -293,6 +293,11 @@ class NomadCluster:
             return {str(a["ID"]) for a in self.get("/v1/allocations?namespace=*")}
         except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
             return set()
+
+
+def _three(ports: tuple[int, ...]) -> tuple[int, int, int]:
+    http, rpc, serf = ports
+    return http, rpc, serf
 
 
 def cgroup_parent(cluster_dir: Path, node: NomadClientNode) -> str:
@@ -650,7 +655,7 @@ def launch_nomad_cluster(
         env = dict(os.environ, CHECKPOINT_DISABLE="1")
         for key in [k for k in env if k.startswith("NOMAD_")]:
             del env[key]
-        sports = (free_port(), free_port(), free_port())
+        sports = _three(free_ports(3))
         swd = wd / "server"
         swd.mkdir(parents=True)
         (swd / "agent.json").write_text(
@@ -686,7 +691,7 @@ def launch_nomad_cluster(
                 (cwd / "cni").mkdir()
                 conflist = cni_conflist(node, i, cwd / "cni")
                 (cwd / "cni" / f"{CNI_NETWORK}.conflist").write_text(json.dumps(conflist))
-            ports = (free_port(node.ip), free_port(node.ip), free_port(node.ip))
+            ports = _three(free_ports(3, node.ip))
             (cwd / "agent.json").write_text(
                 _client_config(
                     cwd,

@@ -78,6 +78,20 @@ def kill_processes_under(path: Path) -> list[str]:
     return killed
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> tuple[int, ...]:
+    """``count`` distinct TCP ports that were free a moment ago: every socket stays bound until
+    all are chosen (``free_port`` three times in a row can return one port twice — a Nomad
+    agent then polls its own serf port over HTTP and exits)."""
+    with contextlib.ExitStack() as stack:
+        socks = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for s in socks:
+            s.bind((host, 0))
+        return tuple(int(s.getsockname()[1]) for s in socks)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (bind to 0, read, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

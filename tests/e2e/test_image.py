@@ -56,6 +56,9 @@ def vkgate_image(dockerd: Any) -> str:
 # The image build runs in this test's setup (module fixture) and dockerd's vfs storage copies the
 # whole image for a new container: on 2 cores that is minutes, not the tier's 300 s default.
 @pytest.mark.timeout(1200)
+@pytest.mark.budget(
+    180, "its container starts from a copy of the whole image (dockerd's vfs storage): ~26 s alone"
+)
 def test_the_image_runs_the_gateway_in_cluster_as_the_service_account(
     dockerd: Any,
     vkgate_image: str,

@@ -646,6 +646,9 @@ class NomadTranslator:
         # for a new pod, where a read first cost two.  The Variable is written before: the
         # ID holds the pod's UID, so a job already there is this pod's, its files the same
         # (docs/design/nomad.md, "Requests per pod").
+        # What the book holds before the call: a view the event stream makes during it is of
+        # this registration (JobBook.registered)
+        before = self.book.views.get((region, ns, jid))
         try:
             reply = await self.client.call(
                 "POST",
@@ -675,7 +678,7 @@ class NomadTranslator:
             "Stop": False,
             "ModifyIndex": data.get("JobModifyIndex", 0),
         }
-        view = self.book.registered(job_stub, region=region)
+        view = self.book.registered(job_stub, region=region, before=before)
         state = self._state(view)
         warnings = str(data.get("Warnings") or "").strip()
         if warnings:

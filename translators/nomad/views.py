@@ -69,18 +69,23 @@ class JobBook:
             view.update_job(job)
         return view
 
-    def registered(self, job: Mapping[str, Any], *, region: str) -> JobView:
+    def registered(
+        self, job: Mapping[str, Any], *, region: str, before: JobView | None = None
+    ) -> JobView:
         """The view of a job this agent has just registered (``job``: the submitted job with
-        the reply's ``JobModifyIndex`` as ``ModifyIndex``).
+        the reply's ``JobModifyIndex`` as ``ModifyIndex``; ``before``: the view the book held
+        under its key when the register call was sent).
 
         The event stream may have merged this very registration before the reply was handled —
         its Job event, and the evaluation that could not place it, whose placement reason no
-        second event repeats: that view is kept.  A view of an earlier job of the same ID (a
-        stopped or purged one, older than this registration) is replaced."""
+        second event repeats: a view made since the call was sent, at least as new as the
+        reply, is kept.  Any other view is of an earlier job of the same ID (a stopped or
+        purged one; after a state loss Nomad's indexes start again, so only ``before`` tells
+        an old view from a new one) and is replaced."""
         key = (region, str(job.get("Namespace") or "default"), str(job["ID"]))
         index = int(job.get("ModifyIndex") or 0)
         seen = self.views.get(key)
-        if seen is not None and index > 0 and seen.modify_index >= index:
+        if seen is not None and seen is not before and index > 0 and seen.modify_index >= index:
             return seen
         self.views.pop(key, None)
         view = self.merge_job(job, region=region)
