@@ -131,3 +131,13 @@ def test_kill_processes_under_kills_what_runs_in_or_names_a_dir_and_nothing_else
         for p in (task, executor, bystander):
             p.kill()
             p.wait()
+
+
+def test_free_ports_are_distinct() -> None:
+    """An agent's ports are picked together: three ``free_port`` calls in a row can return one
+    port twice (a dev Nomad then bound serf where its HTTP API should be, and exited)."""
+    from devstack.process import free_ports
+
+    ports = free_ports(64)
+    assert len(ports) == 64 and len(set(ports)) == 64
+    assert all(0 < p < 65536 for p in ports)
