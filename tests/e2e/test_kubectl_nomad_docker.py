@@ -26,6 +26,7 @@ from waiting import wait_for_event, wait_until
 
 from devstack.agent import GatewayProcess
 from devstack.docker import IMAGE_GREETING
+from devstack.nomad_cluster import NomadCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -135,8 +136,25 @@ def test_a_pod_without_command_runs_the_images_own_command(
     kubectl("delete", "pod", name, "--wait=false")
 
 
+def exec_sessions_logged(cluster: NomadCluster) -> str:
+    """What the cluster's agents logged about exec sessions (``task exec session ended``, with
+    the error when there was one): the only record of why a session ended without ``exited``
+    (docs/design/nomad.md, "Exec WebSocket")."""
+    lines = [
+        line
+        for log in sorted(cluster.workdir.rglob("nomad.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if "exec session" in line or "exec result" in line
+    ]
+    return "\n".join(lines[-20:])
+
+
 def test_exec_and_exec_it_in_a_docker_container(
-    docker_gateway: GatewayProcess, kubectl: Any, control_plane: Any, kubectl_path: Path
+    docker_gateway: GatewayProcess,
+    docker_nomad: NomadCluster,
+    kubectl: Any,
+    control_plane: Any,
+    kubectl_path: Path,
 ) -> None:
     name = f"d-exec-{uuid.uuid4().hex[:5]}"
     kubectl(
@@ -153,7 +171,7 @@ def test_exec_and_exec_it_in_a_docker_container(
     lines = out.splitlines()
     assert any(line.startswith("/dev/pts/") for line in lines), out
     assert "30 100" in lines and "got hello" in lines, out
-    assert rc == 4, out
+    assert rc == 4, f"{out}\nNomad's agents on exec sessions:\n{exec_sessions_logged(docker_nomad)}"
     kubectl("delete", "pod", name, "--wait=false")
 
 

@@ -78,6 +78,17 @@ def close_error(exc: ConnectionClosed, *, needs: str = "") -> BackendError | Non
     return BackendRejected(f"nomad exec: {reason}", reason="ExecFailed")
 
 
+def _no_exit_message(ws: ClientConnection) -> str:
+    """Why a session has no exit code, with how the connection ended: a normal close (1000)
+    without ``exited`` is Nomad dropping the code (docs/design/nomad.md, "Exec WebSocket"), no
+    close frame at all (1006) a broken connection."""
+    code, reason = ws.close_code, ws.close_reason
+    how = "no close frame" if code in (None, 1006) else f"close code {code}"
+    if reason:
+        how += f": {reason}"
+    return f"nomad exec: connection closed before the command exited ({how})"
+
+
 def client_server_name(region: str) -> str:
     """The TLS name of a client agent: ``client.<region>.nomad``, region ``global`` when none
     is known — what Nomad's API client verifies on a node connection (``Config.ClientConfig``
@@ -327,9 +338,7 @@ class NomadExecSession:
                 self._exit.set_exception(error)
         finally:
             if not self._exit.done():
-                self._exit.set_exception(
-                    BackendUnavailable("nomad exec: connection closed before the command exited")
-                )
+                self._exit.set_exception(BackendUnavailable(_no_exit_message(self._ws)))
             await self._queue.put(None)
             self._heartbeat.cancel()
             with contextlib.suppress(Exception):

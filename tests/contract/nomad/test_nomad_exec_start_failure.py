@@ -86,4 +86,21 @@ async def test_dropped_connection_without_exit_is_unavailable() -> None:
     output, result = await run_exec(handler)
     assert output == [(1, b"partial\n")]
     assert isinstance(result, BackendUnavailable)
-    assert "closed before the command exited" in str(result)
+    assert str(result) == "nomad exec: connection closed before the command exited (no close frame)"
+
+
+async def test_normal_close_without_exit_names_the_close_code() -> None:
+    """Nomad 1.6.3 ends a docker exec whose code it lost with a normal close after the output's
+    close frames (docs/design/nomad.md, "Exec WebSocket"): the error says so."""
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"stdout": {"close": True}}))
+        await ws.close(CloseCode.NORMAL_CLOSURE)
+
+    output, result = await run_exec(handler)
+    assert output == []
+    assert isinstance(result, BackendUnavailable)
+    assert str(result) == (
+        "nomad exec: connection closed before the command exited (close code 1000)"
+    )
