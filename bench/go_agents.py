@@ -1,8 +1,8 @@
 """The Go agents of the burst benchmark: the virtual-kubelet library, the upstream command and a
 raw client-go floor.
 
-All three are built from one pinned module, ``vkbench``
-(``python -m devstack.build vkbench virtual-kubelet``), like every other binary of the
+All three are built from one pinned module, ``vkbench`` (its Go sources and pins in bench/go/;
+``python -m devstack.build vkbench virtual-kubelet``), like every other binary of the
 dev stack; docs/design/control-plane.md, "Go virtual-kubelet", has the facts from the source.
 
 * ``GoVkLibAgent`` (``go-vk-lib``): ``vkbench -mode vk-lib``, the virtual-kubelet v1.13 library

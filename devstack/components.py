@@ -18,16 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GOMOD_ROOT = Path(__file__).with_name("gomod")
-#: The Go half of the benchmark lives beside bench/, not in the dev stack (docs/design/devstack.md).
-VKBENCH_ROOT = Path(__file__).resolve().parents[1]
+#: The Go half of the benchmark lives in bench/go/, beside its Python half, not in the dev stack
+#: (docs/design/devstack.md).
+VKBENCH_HOME = Path(__file__).resolve().parents[1] / "bench" / "go"
 
 K8S_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 NOMAD_VERSION = "1.6.3"
 NOMAD_COMMIT = "e0497bff1437"
 METRICS_SERVER_VERSION = "0.9.0"
-#: Go virtual-kubelet of the burst benchmark's agents (vkbench/ at the repository root): bench/ compares with
-#: this library version, so it moves only with a new benchmark run.
+#: Go virtual-kubelet of the burst benchmark's agents (the vkbench module, bench/go/): bench/
+#: compares with this library version, so it moves only with a new benchmark run.
 VK_VERSION = "1.13.0"
 #: The upstream virtual-kubelet e2e suite (gomod/vk-e2e): the newest release the module proxy
 #: serves (docs/design/upstream-e2e.md).
@@ -96,6 +97,8 @@ class Binary:
 class Module:
     """One pinned build module (a folder under ``gomod/``) and what is built from it."""
 
+    #: The module's name (``python -m devstack.pins <folder>``, ``vkgate.local/build/<folder>``)
+    #: and, unless ``home`` says otherwise, its folder under ``gomod/``.
     folder: str
     version: str
     binaries: tuple[Binary, ...]
@@ -108,12 +111,12 @@ class Module:
     ldflags: tuple[str, ...] = ()
     #: Build with cgo (a C compiler on PATH): Nomad 1.6 links runc's ``nsenter``, which is C.
     cgo: bool = False
-    #: The folder holding ``folder`` (``gomod/`` unless the module lives elsewhere).
-    root: Path = GOMOD_ROOT
+    #: The folder holding the module's go.mod when it is not ``gomod/<folder>``.
+    home: Path | None = None
 
     @property
     def path(self) -> Path:
-        return self.root / self.folder
+        return self.home if self.home is not None else GOMOD_ROOT / self.folder
 
     def seed_go_mod(self) -> str:
         """The go.mod the pins command starts from, before ``go get`` fills in the graph."""
@@ -241,7 +244,7 @@ def vkbench(version: str = VK_VERSION) -> Module:
     cmd = "github.com/virtual-kubelet/virtual-kubelet/cmd/virtual-kubelet"
     return Module(
         folder="vkbench",
-        root=VKBENCH_ROOT,
+        home=VKBENCH_HOME,
         version=version,
         binaries=(
             Binary("vkbench", "vkgate.local/build/vkbench"),
