@@ -29,7 +29,7 @@ from typing import Any
 
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict, Gone, NotFound
-from gateway.kubelet.ownmetrics import MetricsServer
+from gateway.kubelet.api import MetricsServer
 from gateway.kubelet.service import add_component_collectors
 from gateway.metrics import Metrics
 

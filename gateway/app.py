@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.config import Settings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
-from gateway.kubelet.ownmetrics import MetricsServer
+from gateway.kubelet.api import MetricsServer
 from gateway.logging_setup import NODE, setup_logging
 from gateway.metrics import Metrics, NodeMetrics
 from gateway.node.leader import LEASES, LeaderElector, default_identity

@@ -7,7 +7,7 @@ the same moment (API server restart) spread their retries instead of stampeding.
 ``jitter_up`` the factor is in ``[1, 1 + jitter]`` (still never above ``cap``): then ``base`` is
 a floor, for the pod work queue and the translation backstop ("never two renders in a minute",
 gateway/pods/translation.py).  ``jitter=0`` gives the plain doubling (the kubelet's serving
-certificate requests, gateway/kubelet/csr.py).
+certificate requests, gateway/kubelet/auth/csr.py).
 
 The one backoff calculator of vkgate's reconnect and resync loops (the Reflector, the node
 Lease and start-up, the pod work queue, the backstop, CSR retries); the HTTP retry layer's

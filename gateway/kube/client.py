@@ -27,9 +27,9 @@ Design decisions:
   benchmark (e.g. ``stats[("patch", "pods/status")]``).
 * **The Lease lane** (``lease_lane()``): the node's heartbeat Lease and its leader Lease are
   renewed through a client of their own — no token bucket (their loops' periods bound them),
-  and with the lean sender its own connections — so a burst of pod traffic saturating the
-  shared bucket or connection pool cannot make the node's own Lease lapse
-  (docs/design/kube-client.md, "The Lease lane").
+  and its own connections when the sender asks for them (``Sender.own_lease_lane``: the lean
+  sender does) — so a burst of pod traffic saturating the shared bucket or connection pool
+  cannot make the node's own Lease lapse (docs/design/kube-client.md, "The Lease lane").
 * All waiting goes through ``vkgate_core.clock.Clock`` so timing is testable with a fake clock.
 """
 
@@ -263,14 +263,15 @@ class KubeClient:
     def lease_lane(self) -> KubeClient:
         """The client the node's Leases are renewed with: the same server, credentials, retry
         policy, fence and ``stats``, but no token bucket (a renewal loop's period is its rate)
-        and, on the lean sender, ``LEASE_CONNECTIONS`` connections of its own.  So a renewal
-        never queues behind the pods' requests for a token or a connection (under a
-        1,000-pod burst the leader Lease lapsed and the node refused its own writes)."""
+        and, on a sender that declares ``own_lease_lane`` (the lean one), ``LEASE_CONNECTIONS``
+        connections of its own.  So a renewal never queues behind the pods' requests for a
+        token or a connection (under a 1,000-pod burst the leader Lease lapsed and the node
+        refused its own writes)."""
         if self._owner is not None:
             return self
         if self._lease_lane is None:
             sender = self.sender
-            if isinstance(sender, Http11Sender):
+            if sender.own_lease_lane:
                 sender = make_sender(
                     self.config, timeout=self.timeout, max_connections=LEASE_CONNECTIONS
                 )

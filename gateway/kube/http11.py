@@ -227,6 +227,12 @@ class Http11Sender:
     def connections_opened(self) -> int:
         return self.opened
 
+    @property
+    def own_lease_lane(self) -> bool:
+        """True: at most ``max_connections`` connections, which the pods' requests can all
+        hold, so the Lease lane gets a sender of its own."""
+        return True
+
     # -- connections -------------------------------------------------------------------
 
     async def _connect(self) -> _Conn:

@@ -85,6 +85,15 @@ class Sender(Protocol):
         """Connections opened so far, where the sender counts them (None: it does not)."""
         ...
 
+    @property
+    def own_lease_lane(self) -> bool:
+        """True: the node's Leases must not share this sender's connections (a bounded pool
+        the pods' requests can fill), so ``KubeClient.lease_lane()`` renews them through a
+        sender of their own (``make_sender`` with ``LEASE_CONNECTIONS`` connections).  False:
+        the Lease lane sends through this sender too (docs/design/kube-client.md, "The Lease
+        lane")."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -110,6 +119,11 @@ class HttpxSender:
     @property
     def connections_opened(self) -> int | None:
         return None
+
+    @property
+    def own_lease_lane(self) -> bool:
+        """False: the Lease lane shares this client (an injected transport, or a proxy)."""
+        return False
 
     async def request(
         self,

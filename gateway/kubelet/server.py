@@ -33,7 +33,7 @@ from typing import Any
 import h11
 
 from gateway.errors import StartupError
-from gateway.kubelet.certs import CertStore
+from gateway.kubelet.auth import CertStore
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,15 @@ from typing import Any, Protocol
 from gateway.config import KubeletSettings
 from gateway.errors import StartupError
 from gateway.kube.client import KubeClient
-from gateway.kubelet.auth import Authenticator, AuthError, Authorizer, ReviewClient
-from gateway.kubelet.certs import CertStore
-from gateway.kubelet.csr import ServingCertManager
-from gateway.kubelet.ownmetrics import MetricsServer, Readiness, path_class
-from gateway.kubelet.routes import KubeletAPI, PodLookup
+from gateway.kubelet.api import KubeletAPI, MetricsServer, PodLookup, Readiness, path_class
+from gateway.kubelet.auth import (
+    Authenticator,
+    AuthError,
+    Authorizer,
+    CertStore,
+    ReviewClient,
+    ServingCertManager,
+)
 from gateway.kubelet.server import Exchange, HttpServer, Request
 from gateway.metrics import Exposition, Metrics
 from translators.base import Translator

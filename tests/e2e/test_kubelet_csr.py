@@ -14,7 +14,7 @@ from typing import Any
 
 from waiting import wait_until
 
-from gateway.kubelet.csr import cert_facts
+from gateway.kubelet.auth import cert_facts
 
 
 def served_cert(port: int) -> bytes:

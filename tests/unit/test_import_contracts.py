@@ -44,10 +44,25 @@ def test_every_module_of_each_package_is_in_a_layer() -> None:
         assert len(children) >= 10
         assert children - _layered(package) == set(), package
     # The layers inside the sub-packages that hold more than a handful of modules.
-    for package in ("gateway/pods", "gateway/kubelet", "gateway/templating", "translators/render"):
+    for package in (
+        "gateway/pods",
+        "gateway/kubelet",
+        "gateway/kubelet/api",
+        "gateway/kubelet/streams",
+        "gateway/templating",
+        "translators/render",
+    ):
         children = _children(package)
         assert len(children) >= 3, package
         assert children - _layered(package.replace("/", ".")) == set(), package
+
+
+def test_every_kubelet_auth_module_is_in_the_independence_contract() -> None:
+    """gateway/kubelet/auth has no layers: its modules are independent of each other."""
+    auth = _contracts()["importlinter:contract:kubelet-auth-independent"]
+    assert auth["type"] == "independence"
+    modules = {m.strip() for m in auth["modules"].split("\n") if m.strip()}
+    assert modules == {f"gateway.kubelet.auth.{c}" for c in _children("gateway/kubelet/auth")}
 
 
 def test_the_agent_never_imports_the_dev_stack() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from devstack.components import NOMAD_VERSION
-from gateway.kubelet import attach, portforward
+from gateway.kubelet.api import attach, portforward
 from gateway.pods import features as admission
 from translators.base import Executor, LogOptions, LogReader, MetricsSource
 from translators.base import TranslatorContext as Context

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.kubelet import spdy
+from gateway.kubelet.streams import spdy
 from translators.base import (
     BackendNotFound,
     LogOptions,

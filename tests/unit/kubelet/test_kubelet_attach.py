@@ -18,8 +18,8 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
-from gateway.kubelet.attach import LogAttachSession
-from gateway.kubelet.routes import KubeletAPI
+from gateway.kubelet.api.attach import LogAttachSession
+from gateway.kubelet.api.routes import KubeletAPI
 from gateway.kubelet.server import HttpServer
 from translators.base import BackendNotFound, LogOptions, PodRef
 from vkgate_core.clock import SystemClock

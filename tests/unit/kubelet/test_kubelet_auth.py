@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubelet_helpers import FakeReviews
 
-from gateway.kubelet.auth import (
+from gateway.kubelet.auth.access import (
     ANONYMOUS,
     Authenticator,
     AuthError,

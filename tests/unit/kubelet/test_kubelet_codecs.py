@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.kubelet import streams, websocket
-from gateway.kubelet.logs import parse_log_options
+from gateway.kubelet.api.logs import parse_log_options
 from gateway.kubelet.server import HttpError
+from gateway.kubelet.streams import session, websocket
 from translators.base import LogOptions
 
 NOW = _dt.datetime(2026, 3, 1, 10, 0, 0, tzinfo=_dt.UTC)
@@ -140,45 +140,45 @@ def test_accept_key_rfc6455_example() -> None:
 
 
 def test_exec_options_from_api_server_params() -> None:
-    o = streams.parse_exec_options(
+    o = session.parse_exec_options(
         {"command": ["sh", "-c", "echo hi"], "input": ["1"], "output": ["1"], "error": ["1"]},
         need_command=True,
     )
-    assert o == streams.ExecOptions(("sh", "-c", "echo hi"), True, True, True, False)
+    assert o == session.ExecOptions(("sh", "-c", "echo hi"), True, True, True, False)
 
 
 def test_tty_with_stderr_is_accepted_and_stderr_dropped() -> None:
-    o = streams.parse_exec_options(
+    o = session.parse_exec_options(
         {"command": ["sh"], "output": ["1"], "error": ["1"], "tty": ["1"]}, need_command=True
     )
     assert o.tty and not o.stderr and o.stdout
 
 
 def test_attach_needs_no_command_but_some_stream() -> None:
-    assert streams.parse_exec_options({"output": ["true"]}, need_command=False).stdout
+    assert session.parse_exec_options({"output": ["true"]}, need_command=False).stdout
     with pytest.raises(HttpError, match="at least 1 of stdin"):
-        streams.parse_exec_options({}, need_command=False)
+        session.parse_exec_options({}, need_command=False)
 
 
 @pytest.mark.parametrize(("code", "wire"), [(3, "3"), (255, "255"), (-9, "137"), (300, "255")])
 def test_exit_status_is_what_client_go_decodes(code: int, wire: str) -> None:
-    s = streams.exit_status(code, ("sh", "-c", "exit"))
+    s = session.exit_status(code, ("sh", "-c", "exit"))
     assert s["status"] == "Failure" and s["reason"] == "NonZeroExitCode"
     assert s["details"]["causes"] == [{"reason": "ExitCode", "message": wire}]
     assert 0 <= int(s["details"]["causes"][0]["message"]) <= 255  # ParseUint(msg, 10, 8)
 
 
 def test_status_bytes_per_protocol() -> None:
-    ok = streams.success_status()
-    fail = streams.exit_status(7)
-    assert json.loads(streams.status_bytes("v4.channel.k8s.io", ok)) == {
+    ok = session.success_status()
+    fail = session.exit_status(7)
+    assert json.loads(session.status_bytes("v4.channel.k8s.io", ok)) == {
         "metadata": {},
         "status": "Success",
     }
     assert (
-        json.loads(streams.status_bytes("v5.channel.k8s.io", fail))["reason"] == "NonZeroExitCode"
+        json.loads(session.status_bytes("v5.channel.k8s.io", fail))["reason"] == "NonZeroExitCode"
     )
-    assert streams.status_bytes("v2.channel.k8s.io", ok) == b""
-    assert streams.status_bytes("channel.k8s.io", fail).startswith(
+    assert session.status_bytes("v2.channel.k8s.io", ok) == b""
+    assert session.status_bytes("channel.k8s.io", fail).startswith(
         b"command terminated with non-zero exit code"
     )

@@ -1,4 +1,4 @@
-"""The serving certificate from a kubelet-serving CSR (gateway.kubelet.csr): the request the
+"""The serving certificate from a kubelet-serving CSR (gateway.kubelet.auth.csr): the request the
 signer accepts, self-approval, manual approval, denial, renewal on expiry and on address
 change, hot reload into the CertStore.  A fake certificates API signs with a test CA."""
 
@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
-from gateway.kubelet.certs import CertStore
-from gateway.kubelet.csr import CSRS, CsrError, ServingCertManager, cert_facts
+from gateway.kubelet.auth.certs import CertStore
+from gateway.kubelet.auth.csr import CSRS, CsrError, ServingCertManager, cert_facts
 from vkgate_core.clock import FakeClock
 
 START = _dt.datetime(2026, 3, 1, 10, 0, 0, tzinfo=_dt.UTC)

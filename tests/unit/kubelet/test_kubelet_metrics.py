@@ -8,8 +8,7 @@ import datetime as _dt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.kubelet import metrics, stats
-from gateway.kubelet.ownmetrics import path_class
+from gateway.kubelet.api import metrics, path_class, stats
 from translators.base import ContainerUsage, NodeUsage, PodRef, PodUsage
 
 T = _dt.datetime(2026, 3, 1, 10, 0, 0, tzinfo=_dt.UTC)

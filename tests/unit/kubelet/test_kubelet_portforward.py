@@ -22,10 +22,11 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
-from gateway.kubelet import portforward, spdy
-from gateway.kubelet.dial import dial
-from gateway.kubelet.routes import KubeletAPI
+from gateway.kubelet.api import portforward
+from gateway.kubelet.api.dial import dial
+from gateway.kubelet.api.routes import KubeletAPI
 from gateway.kubelet.server import HttpServer
+from gateway.kubelet.streams import spdy
 from gateway.metrics import Metrics
 from translators.base import BackendUnavailable, Features, PodRef, PortForwarder
 from vkgate_core.clock import SystemClock

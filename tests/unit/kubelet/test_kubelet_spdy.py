@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubelet_helpers import SpdyTestClient, socket_pair
 
-from gateway.kubelet import spdy
+from gateway.kubelet.streams import spdy
 
 # --------------------------------------------------------------------------- dictionary
 

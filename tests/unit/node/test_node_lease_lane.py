@@ -5,12 +5,17 @@ and it refused its own writes (docs/design/kube-client.md, "The Lease lane")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
+import pytest
 from node_fakes import FakeApi, FakeTranslator
 
-from gateway.kube.client import KubeClient, KubeConfig, RetryPolicy
+from gateway.kube.client import LEASE_CONNECTIONS, KubeClient, KubeConfig, RetryPolicy
+from gateway.kube.http11 import Http11Sender
+from gateway.kube.sender import HttpxSender, Response, StreamReply
 from gateway.node.lease import LeaseKeeper
 from tests.kube_loopback import LoopbackApi
 from vkgate_core.clock import FakeClock
@@ -103,4 +108,75 @@ async def test_the_node_and_its_leader_election_use_the_lane(clock: FakeClock) -
     app = App(settings, kube=client, translator=FakeTranslator(), clock=clock)
     assert app.node.lease.client is lane
     assert app.leader.client is lane
+    await client.aclose()
+
+
+class DeclaringSender:
+    """A ``Sender`` that is not the lean one; ``own_lease_lane`` is what it declares."""
+
+    def __init__(self, *, own_lease_lane: bool) -> None:
+        self._own = own_lease_lane
+        self.closed = False
+
+    @property
+    def own_lease_lane(self) -> bool:
+        return self._own
+
+    @property
+    def connections_opened(self) -> int | None:
+        return None
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None = None,
+        *,
+        time_limit: float | None = None,
+    ) -> Response:
+        raise AssertionError("no request is sent")
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        *,
+        head_limit: float | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[StreamReply]:
+        raise AssertionError("no request is sent")
+        yield  # pragma: no cover
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_the_lease_lane_is_what_the_sender_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the sender's class: a sender that declares ``own_lease_lane`` gets a lane of its
+    own (the lean sender ``make_sender`` builds, ``LEASE_CONNECTIONS`` connections); one that
+    does not, and httpx's (an injected transport), share theirs with the lane."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    config = KubeConfig(server="https://kube.test")
+
+    declaring = DeclaringSender(own_lease_lane=True)
+    client = KubeClient(config, sender=declaring)
+    lane = client.lease_lane().sender
+    assert lane is not declaring
+    assert isinstance(lane, Http11Sender) and lane.max_connections == LEASE_CONNECTIONS
+    await client.aclose()
+    assert declaring.closed
+
+    quiet = DeclaringSender(own_lease_lane=False)
+    client = KubeClient(config, sender=quiet)
+    assert client.lease_lane().sender is quiet
+    await client.aclose()
+    assert quiet.closed
+
+    client = KubeClient(config, transport=httpx.MockTransport(lambda r: httpx.Response(200)))
+    assert isinstance(client.sender, HttpxSender) and not client.sender.own_lease_lane
+    assert client.lease_lane().sender is client.sender
     await client.aclose()

@@ -19,7 +19,7 @@ port-forward"; docs/kubelet.md, "Port-forward"):
 
 Where a connection goes: the translator's ``PortForwarder`` when it has one (a tunnel of the
 backend's own); else, when ``Features.routable_pod_ip``, a TCP connection to the pod's
-``status.podIP`` and the port (``gateway.kubelet.dial``); else the request is refused with
+``status.podIP`` and the port (``gateway.kubelet.api.dial``); else the request is refused with
 ``501`` naming the backend, before any upgrade.
 
 A connection that cannot be made, or breaks, is reported on its error stream as the kubelet
@@ -32,6 +32,8 @@ data stream (SPDY FIN) half-closes the pod connection and still gets the pod's a
 pod closing its side ends the connection — data and error streams closed (FIN), as the
 kubelet closes both when its copy ends — and the client's tools close theirs then.  The
 client leaving cancels every connection of the session.
+
+Internal to ``gateway.kubelet.api``: ``routes`` calls it.
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.kubelet import spdy, streams, websocket
-from gateway.kubelet.dial import dial
+from gateway.kubelet import streams
+from gateway.kubelet.api.dial import dial
 from gateway.kubelet.server import Exchange, HttpError, Request
+from gateway.kubelet.streams import spdy, websocket
 from gateway.metrics import Metrics
 from translators.base import PodRef, PortForwarder, PortStream, Translator, TranslatorError
 from vkgate_core.kubetypes import Pod

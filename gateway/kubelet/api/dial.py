@@ -7,6 +7,8 @@ error stream after ``error forwarding port 8080 to pod …:`` (kubectl prints it
 error occurred forwarding 8080 -> 8080:``): ``dial tcp 10.0.0.5:8080: connect: connection
 refused``, ``dial tcp 10.0.0.5:8080: i/o timeout``, ``read tcp 10.0.0.1:40000->10.0.0.5:8080:
 read: connection reset by peer``.  They are raised as ``BackendUnavailable``.
+
+Internal to ``gateway.kubelet.api``: ``portforward`` uses it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Only what the backend measured appears: ``cpu`` carries ``usageNanoCores`` /
 object with its ``time``.  Unknown fields are left out rather than zeroed (same rule as
 ``/metrics/resource``, same pod/node aggregation).  ``only_cpu_and_memory=true`` is accepted;
 we never report more than CPU and memory anyway.
+
+Internal to ``gateway.kubelet.api``: ``routes`` calls it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from gateway.kubelet.metrics import node_cpu, node_memory, pod_cpu, pod_memory
+from gateway.kubelet.api.metrics import node_cpu, node_memory, pod_cpu, pod_memory
 from translators.base import ContainerUsage, NodeUsage, PodUsage
 
 

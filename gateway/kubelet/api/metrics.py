@@ -20,6 +20,8 @@ metrics-server would drop a pod with a zero container anyway, and a fake zero is
 reported it.  The node's value is the backend's; for a backend that has none (a virtual node
 *is* its pods) it is the sum over pods when every pod's value is known.  When the backend
 fails, only ``resource_scrape_error 1`` is served.
+
+Internal to ``gateway.kubelet.api``: ``routes`` and ``stats`` use it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Status on the error stream — the client always gets an answer, never a hang.  
 disconnects, the backend exec is cancelled.
 
 ``upgrade_spdy`` (the ``X-Stream-Protocol-Version`` negotiation and the 101) is shared with
-port-forward (``gateway.kubelet.portforward``), which speaks ``portforward.k8s.io`` on it.
+port-forward (``gateway.kubelet.api.portforward``), which speaks ``portforward.k8s.io`` on it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.kubelet import spdy, websocket
 from gateway.kubelet.server import Exchange, HttpError, Request
+from gateway.kubelet.streams import spdy, websocket
 from translators.base import ExecSession, TranslatorError
 
 log = logging.getLogger(__name__)

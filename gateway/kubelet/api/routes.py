@@ -5,7 +5,7 @@ Paths and errors: docs/design/kubelet-contract.md, "Kubelet API".
 Each handler finds the pod in the pod controller's cache (``PodLookup``), checks the
 container exists, and calls the translator capability it needs — detected with
 ``isinstance`` on the ``translators.base`` Protocols (attach and port-forward: what each falls
-back to is in ``gateway.kubelet.attach`` and ``gateway.kubelet.portforward``).  A backend
+back to is in ``gateway.kubelet.api.attach`` and ``gateway.kubelet.api.portforward``).  A backend
 without the capability gets a clear ``501`` naming the backend, before any upgrade, so kubectl
 prints the reason instead of hanging.  Backend errors map once, here: not found → 404,
 rejected → 400, unavailable or throttled → 503, anything else → 500.
@@ -21,11 +21,12 @@ import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from gateway.kubelet import attach as attach_mod
-from gateway.kubelet import logs as logs_mod
-from gateway.kubelet import metrics as metrics_mod
-from gateway.kubelet import portforward, streams
-from gateway.kubelet import stats as stats_mod
+from gateway.kubelet import streams
+from gateway.kubelet.api import attach as attach_mod
+from gateway.kubelet.api import logs as logs_mod
+from gateway.kubelet.api import metrics as metrics_mod
+from gateway.kubelet.api import portforward
+from gateway.kubelet.api import stats as stats_mod
 from gateway.kubelet.server import Exchange, HttpError, Request
 from gateway.metrics import CONTENT_TYPE as OWN_CONTENT_TYPE
 from gateway.metrics import Metrics

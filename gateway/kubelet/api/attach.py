@@ -16,6 +16,8 @@ into a running task's stdin), so for a backend without ``Attacher`` but with ``L
   -i`` (a new process that reads stdin) and to ``kubectl attach`` without ``-i``.
 
 A backend with neither capability gets a ``501`` saying so.
+
+Internal to ``gateway.kubelet.api``: ``routes`` calls it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why it exists: the kube-apiserver talks to a kubelet's exec/attach/port-forward endpoints in
 SPDY/3.1 (it even *translates* kubectl's WebSocket v5 into SPDY), and Python has no
 server-side SPDY library.  SPDY is only the multiplexing layer here — the Kubernetes stream
-protocols (``v4.channel.k8s.io`` …) sit on top, in ``gateway.kubelet.streams``.
+protocols (``v4.channel.k8s.io`` …) sit on top, in ``gateway.kubelet.streams.session``.
 
 Layers, each testable alone:
 

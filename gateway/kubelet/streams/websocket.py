@@ -15,7 +15,7 @@ The API server forwards WebSocket v4 clients (Python ``kubernetes`` and kr8s) un
 this path is what they use.  Framing is wsproto's; the handshake response is ours because the
 HTTP request was already parsed by the server.  As the kubelet does, an empty message on the
 lowest writable channel tells the client an exec is up.  Port-forward numbers its channels
-per port (data 2i, error 2i+1) on the same codec (``gateway.kubelet.portforward``).
+per port (data 2i, error 2i+1) on the same codec (``gateway.kubelet.api.portforward``).
 """
 
 from __future__ import annotations

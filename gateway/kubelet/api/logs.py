@@ -13,6 +13,8 @@ read, never our memory).  A follow has no server timeout; it ends when the backe
 ends (container finished) or the client goes away, whichever comes first — the backend
 iterator is closed either way.  ``limitBytes`` is enforced here too, so a backend that
 ignores it cannot overrun it.
+
+Internal to ``gateway.kubelet.api``: ``routes`` calls it.
 """
 
 from __future__ import annotations
