@@ -3,9 +3,11 @@
 Why a facade and not the SDK everywhere: three rules must hold for every call and live here once.
 
 * **One error mapping.**  ``map_error`` turns azure-core / Batch errors into the
-  ``translators.base`` tree (404 → ``BackendNotFound``, 409 → ``BackendConflict``, 401/403 →
-  ``BackendAuthError``, 429 and 503 ServerBusy → ``BackendThrottled(retry_after)``, other 5xx and
-  connection errors → ``BackendUnavailable``, 400/413 → ``BackendRejected(reason=<Batch code>)``).
+  ``translators.base`` tree through the shared ladder (translators/errors.py: 404 →
+  ``BackendNotFound``, 409 → ``BackendConflict``, 401/403 → ``BackendAuthError``, 429 and 503
+  ServerBusy → ``BackendThrottled(retry_after)``, other 5xx → ``BackendUnavailable``); Batch
+  adds the rest: connection errors → ``BackendUnavailable``, 400/413 →
+  ``BackendRejected(reason=<Batch code>)``.
 * **Backoff is data.**  The SDK's own retry policy is switched off (``retry_total=0``: it would
   sleep on the real clock); ``RetryPolicy`` retries 429/503 (and 500 OperationTimedOut) with its
   delay steps, honouring ``Retry-After`` (capped), and sleeps through an injected function.  The
@@ -46,7 +48,6 @@ from azure.core.rest import HttpRequest
 from translators.base import (
     JSON,
     BackendAuthError,
-    BackendConflict,
     BackendError,
     BackendNotFound,
     BackendRejected,
@@ -55,6 +56,7 @@ from translators.base import (
 )
 from translators.batch.settings import BatchSettings
 from translators.batch.transport import HttpxTransport
+from translators.errors import status_error
 from vkgate_core.retry import RetryPolicy as HttpRetryPolicy
 from vkgate_core.retry import parse_retry_after as retry_after_seconds
 
@@ -115,19 +117,15 @@ def map_error(exc: BaseException, *, what: str = "") -> BackendError:
         code = _code(exc)
         message = f"{prefix}{status} {code}: {_text(exc)}".rstrip(": ")
         headers = getattr(exc.response, "headers", None) or {}
-        if status == 404:
-            return BackendNotFound(message, status=status)
-        if status == 409:
-            return BackendConflict(message, status=status)
-        if status in (401, 403):
-            return BackendAuthError(message, status=status)
-        if status == 429 or (status == 503 and code in ("", "ServerBusy")):
-            return BackendThrottled(
-                message, status=status, retry_after=retry_after_seconds(headers.get("retry-after"))
-            )
-        if status >= 500:
-            return BackendUnavailable(message, status=status)
-        return BackendRejected(message, status=status, reason=code or "BackendRejected")
+        return status_error(
+            status,
+            message,
+            otherwise=lambda msg, st: BackendRejected(
+                msg, status=st, reason=code or "BackendRejected"
+            ),
+            retry_after=retry_after_seconds(headers.get("retry-after")),
+            busy=code in ("", "ServerBusy"),
+        )
     if isinstance(exc, ClientAuthenticationError):
         return BackendAuthError(f"{prefix}authentication failed: {exc.message}")
     if isinstance(exc, (ServiceRequestError, ServiceResponseError, httpx.TransportError, OSError)):

@@ -1,7 +1,8 @@
 """The one place where a Nomad HTTP answer (or a failed connection) becomes a translator error.
 
 Nomad's status codes are mostly honest (403 ACL, 404 unknown, 400 bad request, 429 rate
-limit) with one wrinkle: many RPC errors surface as **500**, including job validation
+limit): those rungs are the one ladder every backend shares (translators/errors.py), and
+this module adds only Nomad's own cases before it.  One wrinkle: many RPC errors surface as **500**, including job validation
 failures ("1 error occurred: * Task group pod validation failed …").  Retrying those forever
 would hide a broken template, so a 500 whose text looks like a validation error maps to
 ``BackendRejected`` (not retryable); every other 5xx is ``BackendUnavailable`` (retryable).
@@ -30,11 +31,10 @@ from translators.base import (
     BackendAuthError,
     BackendConflict,
     BackendError,
-    BackendNotFound,
     BackendRejected,
-    BackendThrottled,
     BackendUnavailable,
 )
+from translators.errors import status_error
 from vkgate_core.retry import parse_retry_after as retry_after_seconds
 
 MAX_BODY = 300
@@ -60,7 +60,8 @@ def error_for_status(
     status: int, body: str, *, what: str, retry_after: str | None = None, needs: str = ""
 ) -> BackendError:
     """Map one non-2xx Nomad response to the translator error tree (``needs``: what the
-    endpoint requires, added to a ``Permission denied``)."""
+    endpoint requires, added to a ``Permission denied``): Nomad's own cases, then the one
+    ladder of translators/errors.py."""
     msg = f"nomad {what}: {status} {_short(body) or httpx.codes.get_reason_phrase(status)}"
     text = body.strip()
     if text.endswith(PERMISSION_DENIED):
@@ -70,21 +71,23 @@ def error_for_status(
             f"{msg} (the token, backend.nomad.token or NOMAD_TOKEN, is unknown to this region)",
             status=status,
         )
-    if status in (401, 403):
-        return BackendAuthError(msg, status=status)
-    if ENFORCE_INDEX in text:  # a register with EnforceIndex met another job version (a 500)
+    # A register with EnforceIndex met another job version (a 500); a 401/403 stays an ACL error.
+    if ENFORCE_INDEX in text and status not in (401, 403):
         return BackendConflict(msg, status=status)
-    if status == 404:
-        return BackendNotFound(msg, status=status)
-    if status == 409:
-        return BackendConflict(msg, status=status)
-    if status == 429:
-        return BackendThrottled(msg, status=status, retry_after=retry_after_seconds(retry_after))
-    if status == 503 and retry_after:
-        return BackendThrottled(msg, status=status, retry_after=retry_after_seconds(retry_after))
-    if 400 <= status < 500:
-        return BackendRejected(msg, status=status, reason="NomadRejected")
     if status == 500 and _VALIDATION.search(body):
+        return BackendRejected(msg, status=status, reason="NomadRejected")
+    return status_error(
+        status,
+        msg,
+        otherwise=_refused,
+        retry_after=retry_after_seconds(retry_after),
+        busy=bool(retry_after),
+    )
+
+
+def _refused(msg: str, status: int) -> BackendError:
+    """A 4xx the ladder has no rung for is a request Nomad will not take; a 3xx is not Nomad."""
+    if 400 <= status < 500:
         return BackendRejected(msg, status=status, reason="NomadRejected")
     return BackendUnavailable(msg, status=status)
 

@@ -10,9 +10,10 @@ Design decisions:
   root) and uses ``min(configured, server max)``.  Features that need a higher microversion are
   switched off with one log line each (``FEATURES``), never a crash.  A 406 later (the server
   was downgraded under us) triggers one re-negotiation and a retry.
-* **One status → exception function** (``error_for``) into the ``translators.base`` tree; Zun's
-  error body ``{"errors": [{"detail": …}]}`` and Keystone's ``{"error": {"message": …}}`` are
-  both understood; messages are truncated and never contain request bodies (env values).
+* **One status → exception function** (``error_for``) into the ``translators.base`` tree, Zun's
+  own cases in front of the shared ladder (translators/errors.py); Zun's error body
+  ``{"errors": [{"detail": …}]}`` and Keystone's ``{"error": {"message": …}}`` are both
+  understood; messages are truncated and never contain request bodies (env values).
 * **Retries are data** (``retry_policy(delays)`` on the one retry layer,
   ``vkgate_core.retry.RetryTransport``, docs/design/retry.md): delays in seconds, ``Retry-After``
   honoured, 5xx only for idempotent calls; 429 and a connection refused before anything was sent
@@ -34,14 +35,12 @@ import httpx
 
 from translators.base import (
     JSON,
-    BackendAuthError,
-    BackendConflict,
     BackendError,
-    BackendNotFound,
     BackendRejected,
     BackendThrottled,
     BackendUnavailable,
 )
+from translators.errors import status_error
 from translators.zun.auth import ZunAuth
 from translators.zun.config import parse_microversion
 from vkgate_core.retry import IDEMPOTENT as IDEMPOTENT_REQUEST
@@ -146,7 +145,9 @@ def _retry_after(resp: httpx.Response) -> float | None:
 
 
 def error_for(resp: httpx.Response, *, method: str, path: str) -> BackendError:
-    """THE mapping of a failed Zun response to the translator error tree."""
+    """THE mapping of a failed Zun response to the translator error tree: Zun's own cases
+    (image not found at create, quotas, microversions), then the one ladder of
+    translators/errors.py."""
     status = resp.status_code
     detail = error_detail(resp)
     msg = f"Zun {method} {path}: {status} {detail}".rstrip()
@@ -156,24 +157,20 @@ def error_for(resp: httpx.Response, *, method: str, path: str) -> BackendError:
         return BackendRejected(msg, status=status, reason="ErrImagePull")
     if status in (400, 422):
         return BackendRejected(msg, status=status)
-    if status == 401:
-        return BackendAuthError(msg, status=401)
-    if status == 403:
-        if "quota" in low:
-            return ZunQuotaExceeded(msg, status=403, retry_after=None)
-        return BackendAuthError(msg, status=403)
-    if status == 404:
-        return BackendNotFound(msg, status=404)
+    if status == 403 and "quota" in low:
+        return ZunQuotaExceeded(msg, status=403, retry_after=None)
     if status == 406:
         return BackendRejected(msg, status=406, reason="UnsupportedMicroversion")
-    if status == 409:
-        return BackendConflict(msg, status=409)
+    retry_after = _retry_after(resp)
     if status == 413:
-        return ZunQuotaExceeded(msg, status=413, retry_after=_retry_after(resp))
-    if status == 429 or (status == 503 and _retry_after(resp) is not None):
-        return BackendThrottled(msg, status=status, retry_after=_retry_after(resp))
-    if status >= 500:
-        return BackendUnavailable(msg, status=status)
+        return ZunQuotaExceeded(msg, status=413, retry_after=retry_after)
+    return status_error(
+        status, msg, otherwise=_other, retry_after=retry_after, busy=retry_after is not None
+    )
+
+
+def _other(msg: str, status: int) -> BackendError:
+    """A status Zun's mapping has no word for: a plain (retryable) backend error."""
     return BackendError(msg, status=status)
 
 

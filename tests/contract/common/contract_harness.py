@@ -1,5 +1,6 @@
-"""What the harnesses of the contract suite share: the pod they run and the bookkeeping of the
-translators they make (each is closed when its test ends).
+"""What the harnesses of the contract suite share: the pod they run, the bookkeeping of the
+translators they make (each is closed when its test ends) and, for a backend that is a fake
+server, its outage switch and request count (``FakeBackend``).
 
 A harness module (``harness_<kind>.py``) exports an async context manager factory
 ``harness(tmp_path, monkeypatch)`` yielding a ``translators.contract.BackendHarness``; the
@@ -8,11 +9,12 @@ suite's conftest lists the factories, one line per backend.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sized
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -81,4 +83,49 @@ class Made:
             await t.close()
 
 
-__all__ = ["LOG_TEXT", "NODE", "HarnessFactory", "Made", "Outcome", "make_pod"]
+class Gate(Protocol):
+    """A fake backend's switch: while ``down``, every request to the fake fails to connect."""
+
+    down: bool
+
+
+class Switch:
+    """A ``Gate`` of its own, for a harness that gates its fake's handler itself."""
+
+    down = False
+
+
+class FakeBackend:
+    """``requests()`` and ``unreachable()`` of a harness whose backend is a fake server: the
+    harness sets ``gate`` (what makes the fake refuse connections) and ``received`` (what the
+    fake logs, one item per request) in its ``__init__``."""
+
+    gate: Gate
+    received: Sized
+
+    def requests(self) -> int | None:
+        return len(self.received)
+
+    @contextlib.contextmanager
+    def _outage(self) -> Iterator[None]:
+        self.gate.down = True
+        try:
+            yield
+        finally:
+            self.gate.down = False
+
+    def unreachable(self) -> contextlib.AbstractContextManager[None] | None:
+        return self._outage()
+
+
+__all__ = [
+    "LOG_TEXT",
+    "NODE",
+    "FakeBackend",
+    "Gate",
+    "HarnessFactory",
+    "Made",
+    "Outcome",
+    "Switch",
+    "make_pod",
+]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 from batch_pods import Sleeps
-from contract_harness import LOG_TEXT, NODE, Made, make_pod
+from contract_harness import LOG_TEXT, NODE, FakeBackend, Made, Switch, make_pod
 from fake_batch import Behaviour, FakeBatch
 
 from tests.fake_time import FakeTime
@@ -28,7 +28,7 @@ from translators.batch import BatchTranslator
 STEPS = 3
 
 
-class BatchHarness:
+class BatchHarness(FakeBackend):
     kind = "batch"
     node_name = NODE
     capabilities = frozenset({"logs"})  # no exec, metrics or change feed in Batch
@@ -40,10 +40,10 @@ class BatchHarness:
         self.fake = FakeBatch()
         self.fake.add_pool("pool-1", vm_size="standard_d4s_v3", slots=4, nodes=2)
         self.made = Made()
-        self.down = False
+        self.gate, self.received = Switch(), self.fake.calls
 
     def handle(self, request: httpx.Request) -> httpx.Response:
-        if self.down:
+        if self.gate.down:
             raise httpx.ConnectError("connection refused", request=request)
         return self.fake.handle(request)
 
@@ -86,20 +86,6 @@ class BatchHarness:
             for rec in tasks.values()
             if f"/{uid}/" in str(rec.body.get("displayName"))
         )
-
-    def requests(self) -> int | None:
-        return len(self.fake.calls)
-
-    @contextlib.contextmanager
-    def _outage(self) -> Iterator[None]:
-        self.down = True
-        try:
-            yield
-        finally:
-            self.down = False
-
-    def unreachable(self) -> contextlib.AbstractContextManager[None] | None:
-        return self._outage()
 
 
 @contextlib.asynccontextmanager

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import respx
-from contract_harness import LOG_TEXT, NODE, Made, make_pod
+from contract_harness import LOG_TEXT, NODE, FakeBackend, Made, make_pod
 from fake_nomad import FakeNomad
 from nomad_fixtures import ADDRESS, Sleeps
 
@@ -30,7 +30,7 @@ from vkgate_core.clock import FakeClock
 STEP = 1.0
 
 
-class NomadHarness:
+class NomadHarness(FakeBackend):
     kind = "nomad"
     node_name = NODE
     capabilities = frozenset({"notifier", "logs", "exec", "metrics"})
@@ -41,6 +41,7 @@ class NomadHarness:
     def __init__(self) -> None:
         self.fake = FakeNomad()
         self.fake.stdout = LOG_TEXT + b"\n"
+        self.gate, self.received = self.fake, self.fake.requests
         self.clock = FakeClock()
         self.made = Made()
 
@@ -67,20 +68,6 @@ class NomadHarness:
 
     def workloads(self, uid: str) -> int:
         return len(self.fake.jobs_of(uid))
-
-    def requests(self) -> int | None:
-        return len(self.fake.requests)
-
-    @contextlib.contextmanager
-    def _outage(self) -> Iterator[None]:
-        self.fake.down = True
-        try:
-            yield
-        finally:
-            self.fake.down = False
-
-    def unreachable(self) -> contextlib.AbstractContextManager[None] | None:
-        return self._outage()
 
 
 @contextlib.asynccontextmanager

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import requests
-from contract_harness import LOG_TEXT, NODE, Made, make_pod
+from contract_harness import LOG_TEXT, NODE, FakeBackend, Made, make_pod
 from fake_zun import FakeOpenStack
 from zun_upstream import zun_api_or_none
 
@@ -50,7 +50,7 @@ class GatedOpenStack(FakeOpenStack):
         return super().handle(request)
 
 
-class ZunHarness:
+class ZunHarness(FakeBackend):
     kind = "zun"
     node_name = NODE
     capabilities = frozenset({"logs", "exec"})  # Zun pushes nothing and reports no usage
@@ -61,6 +61,7 @@ class ZunHarness:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.clock = FakeClock()
         self.fake = GatedOpenStack(clock=self.clock.monotonic, upstream=zun_api_or_none())
+        self.gate, self.received = self.fake, self.fake.requests
         self.fake.script(IMAGES["run"], logs=(LOG_TEXT.decode(),))
         self.fake.script(IMAGES["succeed"], run_seconds=1, exit_code=0, logs=(LOG_TEXT.decode(),))
         self.fake.script(IMAGES["fail"], run_seconds=1, exit_code=1, logs=(LOG_TEXT.decode(),))
@@ -101,20 +102,6 @@ class ZunHarness:
     def workloads(self, uid: str) -> int:
         objects = [*self.fake.containers.values(), *self.fake.capsules.values()]
         return sum(1 for o in objects if (o.get("labels") or {}).get(LABEL_UID) == uid)
-
-    def requests(self) -> int | None:
-        return len(self.fake.requests)
-
-    @contextlib.contextmanager
-    def _outage(self) -> Iterator[None]:
-        self.fake.down = True
-        try:
-            yield
-        finally:
-            self.fake.down = False
-
-    def unreachable(self) -> contextlib.AbstractContextManager[None] | None:
-        return self._outage()
 
 
 @contextlib.asynccontextmanager
