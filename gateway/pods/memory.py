@@ -143,7 +143,7 @@ class PodMemory:
     #: This attempt's number (1 + the key's failures so far).
     attempt: int = 1
     #: The pod's preStop hooks on deletion: ``""`` not started, ``running``, ``done``
-    #: (``gateway.probes.hooks.PreStop``, owned by ``Hooks``).
+    #: (``gateway.probes.hookspec.PreStop``, owned by ``Hooks``).
     pre_stop: str = ""
 
 

@@ -42,7 +42,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.pods.env import Event, Lookup, ReadError
+from gateway.pods.events import Event
+from gateway.pods.resolve.env import Lookup, ReadError
 from vkgate_core.imageregistry import RegistryCredential, normalize_server, server_matches
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"

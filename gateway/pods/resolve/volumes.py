@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.pods.env import (
+from gateway.pods.events import Event
+from gateway.pods.resolve.env import (
     EnvSources,
-    Event,
     FieldPathError,
     ReadError,
     field_value,

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.pods.env import Event, Lookup, ReadError
+from gateway.pods.events import Event
+from gateway.pods.resolve.env import Lookup, ReadError
 from translators.base import ResolvedVolume
 
 KIND = "persistentVolumeClaim"

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.pods.events import Event
 from translators.base import EnvVar, ResolvedContainer, VolumeMount
 from vkgate_core.quantity import cpu_millis, parse_quantity
 
@@ -58,16 +59,6 @@ class ReadError:
 
 #: A referenced object as the resolver found it: the object, None (404), or a read error.
 Lookup = Mapping[str, Any] | None | ReadError
-
-
-@dataclass(frozen=True)
-class Event:
-    """An Event the controller should record about the pod."""
-
-    type: str
-    reason: str
-    message: str
-    field_path: str = ""
 
 
 @dataclass(frozen=True)
