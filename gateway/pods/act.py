@@ -11,6 +11,8 @@ This is the only place that talks to the backend about a pod, and the only write
 ``memory.ActMemory`` (what was submitted, applied, stopped, recorded).  It writes the backend's
 answers through to the ``BackendView`` and hands statuses to the status manager; it calls
 nothing back in the controller.
+
+Internal to the pod sync (``gateway.pods``): only the controller imports it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 Resolution reports Events (``gateway.pods.resolve``: a missing optional key, a relaxed
 securityContext, an unreadable pull secret) and a plan records them (``gateway.pods.plan``'s
-``Event`` step); both are this type, so a resolution's Events go into a plan as they are.  It
+``Event`` step); both are this type, so a resolution's Events can go into a plan as they are.  It
 sits below both, in the bottom layer of the pod sync, and imports nothing.
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ never writes.
 
 The helpers here fingerprint a pod's spec: ``spec_hash`` and the ``snapshot`` of what was
 applied, compared without hashing while the cache shares unchanged parts (``same_objects``).
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations

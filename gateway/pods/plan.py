@@ -12,6 +12,8 @@ A plan ends the sync with ``Retry`` (a failure: back off, or come back ``after``
 status itself: the status manager (``gateway.pods.status.manager``) renders it with everything
 else it knows at write time (restart counts carried over a re-created workload, container
 readiness) through ``gateway.pods.status.rules``.
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations

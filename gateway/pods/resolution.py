@@ -6,6 +6,8 @@ the Events to record, why a container cannot start, the fields the node refuses
 (``Unsupported``) — therefore lives here, below both, like the plan's steps
 (``gateway.pods.plan``): act hands a ``Resolution`` from one to the other
 (docs/design/pod-sync.md).
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ The common practice is to keep DaemonSets off virtual nodes in the first place: 
 node affinity ``type NotIn [virtual-kubelet]`` in the DaemonSet's pod template (every virtual
 kubelet labels its Node ``type=virtual-kubelet``); the DaemonSet controller then never creates
 the pod.
+
+Internal to the resolver (``gateway.pods.resolve``): only the resolver module imports it.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ misses are *Normal* events (nothing is wrong: the pod said the value is optional
 mandatory misses are *Warning* events and set ``error``.  A read error (not a 404) is a Warning
 and sets ``error`` even for an optional reference: the value may exist, so the container must
 not start without it (kubelet and Go VK behave the same); the controller retries.
+
+Internal to the resolver (``gateway.pods.resolve``, which exports ``Lookup`` and ``ReadError``).
 """
 
 from __future__ import annotations

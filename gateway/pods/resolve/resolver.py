@@ -40,6 +40,8 @@ the pod's own ``status.podIP`` when already known (a re-create), else the transl
 time, so it also works inside ``$(VAR)`` expansions and command/args — else the node
 InternalIP, which is the right answer for host-network backends (Nomad raw_exec/docker host
 mode, Batch).  ``status.hostIP(s)`` is always the node InternalIP.
+
+Internal to ``gateway.pods.resolve``, which exports its public names.
 """
 
 from __future__ import annotations

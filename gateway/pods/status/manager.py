@@ -21,6 +21,8 @@ create returns is held ``FIRST_STATUS_DELAY``, so a workload that starts at once
 once, as Running (docs/design/kubelet-contract.md, "Status writes").
 
 Writes happen in the pod's sync (one worker per pod), so two writes of one pod never race.
+
+Internal to ``gateway.pods.status``, which exports its public names.
 """
 
 from __future__ import annotations
