@@ -1,5 +1,5 @@
 """The backend-agnostic pod lifecycle (docs/design/pod-sync.md; the floor plan is in
-docs/architecture.md, "gateway/pods").
+docs/architecture.md, "The floor plan of gateway/pods").
 
 * The sync core, here: ``controller`` (``PodController``: the loops, one worker per pod key),
   ``act`` (carries out a plan), ``decide`` (pod + backend state + memory → a plan, pure),

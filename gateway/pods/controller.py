@@ -21,7 +21,7 @@ template ConfigMaps, the namespace team labels, and this controller's own two in
 This module owns the loops and what they observe: the pod cache, the backend view (what the
 backend lists and streams, ``memory.BackendView``), the reference changes (``memory.RefVersions``)
 and the last object of each pod gone from the API.  What to do about a pod is decided in
-``decide`` and done in ``act``; its status is written by ``statusmanager`` — none of them calls
+``decide`` and done in ``act``; its status is written by ``status.StatusManager`` — none of them calls
 back into this module (docs/design/pod-sync.md).
 """
 
