@@ -13,7 +13,7 @@ What is timed, per packaged entry template x sample pod (``templates/samples``):
   serializing the request body, which any implementation pays.  The ratio render/baseline is
   the number to compare across machines.
 
-And for every golden status case (``tests/golden/status/cases``): ``gateway.pods.status``
+And for every golden status case (``tests/golden/status/cases``): ``gateway.pods.status.rules``
 ``from_workload`` plus the ``status_patch`` diff against the pod's current status (what the pod
 controller does per backend change), against ``json.dumps`` of the resulting status.
 
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from gateway.pods import status as st
+from gateway.pods.status import rules as st
 from gateway.templating.offline import SpecRenderer, load_samples, resolve
 from translators.base import (
     PodRef,
@@ -375,7 +375,7 @@ def markdown(
     )
     out += ["", "</details>", ""]
     out += [
-        "### Status mapping (`gateway.pods.status`, golden cases)",
+        "### Status mapping (`gateway.pods.status.rules`, golden cases)",
         "",
         "`from_workload` + `status_patch` against the pod's current status (one backend change "
         "as the pod controller handles it) vs `json.dumps` of the resulting status.",

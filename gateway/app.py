@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.config import Settings
 from gateway.errors import StartupError
+from gateway.inputs import NamespaceTeams
 from gateway.kube.client import KubeClient
 from gateway.kubelet.api import MetricsServer
 from gateway.logging_setup import NODE, setup_logging
 from gateway.metrics import Metrics, NodeMetrics
 from gateway.node.leader import LEASES, LeaderElector, default_identity
 from gateway.nodeunit import Component, NodeUnit, load_translator
-from gateway.pods.teams import NamespaceTeams
 from translators.base import Translator
 from vkgate_core.clock import Clock, SystemClock
 

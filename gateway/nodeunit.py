@@ -30,14 +30,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gateway.config import Settings
 from gateway.errors import StartupError
-from gateway.inputs import Input, InputsGate
+from gateway.inputs import Input, InputsGate, NamespaceTeams
 from gateway.kube.client import KubeClient
 from gateway.kube.events import EventRecorder
 from gateway.metrics import InstrumentedTranslator, Metrics
 from gateway.node.controller import NodeController
 from gateway.node.leader import LeaderElector
 from gateway.pods.controller import PodController
-from gateway.pods.teams import NamespaceTeams
 from translators import plugins
 from translators.base import BackendRequests, Translator, TranslatorContext
 from translators.render.engine import Renderer

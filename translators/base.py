@@ -184,7 +184,7 @@ class ResolvedVolume:
     medium: str = ""
     size_limit: str = ""
     #: ``persistentVolumeClaim``: the claim's name, the pod's ``readOnly`` for it, and the
-    #: PersistentVolume bound to it as read from the API (gateway/pods/claims.py).
+    #: PersistentVolume bound to it as read from the API (gateway/pods/resolve/claims.py).
     claim: str = ""
     claim_read_only: bool = False
     persistent_volume: Mapping[str, Any] | None = None

@@ -599,7 +599,7 @@ async def logs_honour_their_options_or_refuse_them(h: BackendHarness) -> None:
 
 @check
 async def exec_into_a_pod_without_workload_is_not_found(h: BackendHarness) -> None:
-    """The kubelet API answers 404 for ``BackendNotFound`` (gateway/kubelet/routes.py,
+    """The kubelet API answers 404 for ``BackendNotFound`` (gateway/kubelet/api/routes.py,
     ``backend_http_error``): an Executor says so for a pod it has no workload of."""
     if "exec" not in h.capabilities:
         raise NotApplicable(f"the {h.kind} backend declares no exec")

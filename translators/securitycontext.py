@@ -1,7 +1,7 @@
 """A container's effective ``securityContext``: the pod's and the container's, merged as the
 kubelet merges them (the container's field wins), as the list of restrictions to enforce.
 
-Shared by admission (``gateway.pods.features``: a field the backend cannot enforce refuses the
+Shared by admission (``gateway.pods.resolve.features``: a field the backend cannot enforce refuses the
 pod) and by the translators that map them (Nomad's docker driver: ``docker_task``); the check
 that a rendered job really carries each one (``missing_in_docker_task``) keeps a template that
 drops one — or a driver that has none, raw_exec — from running the pod silently relaxed.
@@ -24,7 +24,7 @@ Field names (what ``Features.security_context`` lists; "request" = what makes it
 ``procMount``                   container ``procMount`` other than ``Default``
 ==============================  ============================================================
 
-``privileged`` stays a pod feature (``gateway.pods.features``); ``windowsOptions`` is ignored
+``privileged`` stays a pod feature (``gateway.pods.resolve.features``); ``windowsOptions`` is ignored
 on a Linux node, as the kubelet does.
 """
 

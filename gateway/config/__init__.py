@@ -34,10 +34,10 @@ SECRET_KEY = re.compile(
     re.IGNORECASE,
 )
 MASK = "*****"
-#: ``node.daemonsets``: what the node does with a pod a DaemonSet owns (gateway.pods.admission).
+#: ``node.daemonsets``: what the node does with a pod a DaemonSet owns (gateway.pods.resolve.admission).
 DAEMONSET_POLICIES = ("refuse", "run")
 #: ``node.ignore_pod_fields``: the probe and hook fields a node may run without where its backend
-#: cannot honour them (gateway.pods.features.check_probes; docs/design/probes.md, "Ignored
+#: cannot honour them (gateway.pods.resolve.features.check_probes; docs/design/probes.md, "Ignored
 #: fields"): a probe kind or a hook, alone (every handler) or with one handler.
 PROBE_FIELDS = ("startupProbe", "readinessProbe", "livenessProbe")
 PROBE_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")

@@ -11,6 +11,8 @@ This is the only place that talks to the backend about a pod, and the only write
 ``memory.ActMemory`` (what was submitted, applied, stopped, recorded).  It writes the backend's
 answers through to the ``BackendView`` and hands statuses to the status manager; it calls
 nothing back in the controller.
+
+Internal to the pod sync (``gateway.pods``): only the controller imports it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict, NotFound
 from gateway.kube.events import EventRecorder
 from gateway.pods import decide as dc
+from gateway.pods.events import Event
 from gateway.pods.keys import GoneKey, PodKey, QueueKey
 from gateway.pods.memory import (
     ActMemory,
@@ -43,7 +46,6 @@ from gateway.pods.plan import (
     Count,
     Create,
     Defer,
-    Event,
     FinalDelete,
     Forget,
     ForgetSubmission,
@@ -65,8 +67,9 @@ from gateway.pods.plan import (
     WriteStatus,
 )
 from gateway.pods.queue import WorkQueue
-from gateway.pods.resolve import Resolution, Resolver
-from gateway.pods.statusmanager import FIRST_STATUS_DELAY, StatusManager, Write
+from gateway.pods.resolution import Resolution
+from gateway.pods.resolve import Resolver
+from gateway.pods.status import FIRST_STATUS_DELAY, StatusManager, Write
 from gateway.pods.translation import TranslationRetries
 from gateway.probes.hooks import Hooks
 from translators.base import (

@@ -21,7 +21,7 @@ template ConfigMaps, the namespace team labels, and this controller's own two in
 This module owns the loops and what they observe: the pod cache, the backend view (what the
 backend lists and streams, ``memory.BackendView``), the reference changes (``memory.RefVersions``)
 and the last object of each pod gone from the API.  What to do about a pod is decided in
-``decide`` and done in ``act``; its status is written by ``statusmanager`` — none of them calls
+``decide`` and done in ``act``; its status is written by ``status.StatusManager`` — none of them calls
 back into this module (docs/design/pod-sync.md).
 """
 
@@ -37,13 +37,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.config import Settings
-from gateway.inputs import Input, InputsGate
+from gateway.inputs import Input, InputsGate, NamespaceTeams
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError
 from gateway.kube.events import EventRecorder
 from gateway.kube.reflector import Reflector
 from gateway.metrics import Metrics
-from gateway.pods import status as st
 from gateway.pods.act import PodActor
 from gateway.pods.decide import Node
 from gateway.pods.keys import GoneKey, PodKey, QueueKey
@@ -51,11 +50,12 @@ from gateway.pods.memory import BackendView, RefVersions, pod_ref, uid_of
 from gateway.pods.plan import Defer, Retry
 from gateway.pods.queue import ShutDown, WorkQueue
 from gateway.pods.resolve import RefCache, Resolver, references
-from gateway.pods.statusmanager import StatusManager
-from gateway.pods.teams import NamespaceTeams
+from gateway.pods.status import StatusManager
+from gateway.pods.status import rules as st
 from gateway.pods.translation import TranslationRetries
 from gateway.probes.handlers import Handlers
-from gateway.probes.hooks import Hooks, grace_of
+from gateway.probes.hooks import Hooks
+from gateway.probes.hookspec import grace_of
 from gateway.probes.manager import Prober
 from translators.base import (
     BackendThrottled,
@@ -110,7 +110,7 @@ class PodController:
     ) -> None:
         """``gate``: the node's start-up gate (gateway.inputs), which holds ``inputs`` too (the
         node unit adds them); None: a gate of this controller's own inputs.  ``teams``: the
-        namespace team labels (gateway.pods.teams; None: no labels are read)."""
+        namespace team labels (gateway.inputs.teams; None: no labels are read)."""
         self.kube = kube
         self.translator = translator
         #: Sync latencies go to ``metrics.pod_sync`` (gateway.metrics) when given.

@@ -61,9 +61,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.pods import ephemeral
-from gateway.pods import status as st
-from gateway.pods.features import ephemeral_containers
+from gateway.pods.events import Event
 from gateway.pods.keys import GoneKey, PodKey
 from gateway.pods.memory import PodMemory, changed_fields, same_objects, spec_hash, uid_of
 from gateway.pods.plan import (
@@ -74,7 +72,6 @@ from gateway.pods.plan import (
     Deleted,
     DeleteFailed,
     Ended,
-    Event,
     FinalDelete,
     Forget,
     ForgetSubmission,
@@ -97,13 +94,16 @@ from gateway.pods.plan import (
     WorkloadGone,
     WriteStatus,
 )
-from gateway.probes.hooks import MIN_STOP_GRACE, PreStop, pre_stop_containers
+from gateway.pods.status import ephemeral
+from gateway.pods.status import rules as st
+from gateway.pods.status.ephemeral import names as ephemeral_containers
+from gateway.probes.hookspec import MIN_STOP_GRACE, PreStop, pre_stop_containers
 from translators.base import BackendAuthError, BackendError, BackendThrottled, WorkloadState
 from vkgate_core.kubetypes import Pod
 from vkgate_core.timeparse import parse_rfc3339
 
 if TYPE_CHECKING:
-    from gateway.pods.resolve import Resolution
+    from gateway.pods.resolution import Resolution
     from gateway.pods.translation import Verdict
 
 #: A workload missing from the backend this long after we submitted it is lost even if its pod

@@ -8,6 +8,8 @@
   and the leftover of its predecessor must be worked on independently.
 
 docs/design/kubelet-contract.md, "Pod watch and work queue".
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ never writes.
 
 The helpers here fingerprint a pod's spec: ``spec_hash`` and the ``snapshot`` of what was
 applied, compared without hashing while the cache shares unchanged parts (``same_objects``).
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class PodMemory:
     #: This attempt's number (1 + the key's failures so far).
     attempt: int = 1
     #: The pod's preStop hooks on deletion: ``""`` not started, ``running``, ``done``
-    #: (``gateway.probes.hooks.PreStop``, owned by ``Hooks``).
+    #: (``gateway.probes.hookspec.PreStop``, owned by ``Hooks``).
     pre_stop: str = ""
 
 

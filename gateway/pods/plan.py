@@ -9,9 +9,11 @@ A plan ends the sync with ``Retry`` (a failure: back off, or come back ``after``
 ``Defer`` (not a failure: come back later) or, when it simply runs out, "done".
 
 ``WriteStatus`` names the *source* of a status (``FromWorkload``, ``NotCreated``, …), not the
-status itself: the status manager (``gateway.pods.statusmanager``) renders it with everything
+status itself: the status manager (``gateway.pods.status.manager``) renders it with everything
 else it knows at write time (restart counts carried over a re-created workload, container
-readiness) through ``gateway.pods.status``.
+readiness) through ``gateway.pods.status.rules``.
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.pods.events import Event
 from translators.base import WorkloadState
 
 # --------------------------------------------------------------------------- status sources
@@ -77,16 +80,6 @@ class DeleteFailed:
 StatusSource = FromWorkload | NotCreated | Rejected | Ended | Deleted | DeleteFailed
 
 # --------------------------------------------------------------------------- steps
-
-
-@dataclass(frozen=True)
-class Event:
-    """Record a Kubernetes Event about the pod."""
-
-    type: str
-    reason: str
-    message: str
-    field_path: str = ""
 
 
 @dataclass(frozen=True)

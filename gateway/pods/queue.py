@@ -19,6 +19,8 @@ and two workers can never act on the same pod at once.  Rules (docs/design/kubel
 Keys are any hashable values (the queue is generic in its key type); the pod controller uses
 ``gateway.pods.keys``: ``PodKey`` (``ns/name``) for syncs and ``GoneKey`` for the cleanup of a
 pod that is gone from the API.  All time goes through ``vkgate_core.clock.Clock``.
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ under a stale ``generation``), so a change can never be lost to that race.
 This is the only place the rule lives: ``act.PodActor`` asks ``hold()`` before a sync (``decide``
 holds the render while it says so) and ``failed()`` what to do after a ``TranslationError``;
 ``PodController`` calls ``changed()`` on a template change.
+
+Internal to the pod sync (``gateway.pods``): its siblings and sub-packages import it.
 """
 
 from __future__ import annotations

@@ -4,5 +4,6 @@
 against the pod's address, exec through the translator), ``worker`` is one probe of one
 container on the agent's clock with the kubelet's thresholds, and ``manager`` keeps the
 workers in step with the pods and hands their results to the pod sync
-(docs/design/probes.md).
+(docs/design/probes.md).  ``hooks`` runs the container lifecycle hooks; their pure rules are
+``hookspec``, which the pod sync's decision reads without importing the runner.
 """

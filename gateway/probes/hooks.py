@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.kube.events import EventRecorder
 from gateway.probes.handlers import Handlers, Result, Target
+from gateway.probes.hookspec import Hook, PreStop, grace_of, hook_of, pre_stop_containers
 from translators.base import ContainerState, PodRef, WorkloadState
 from vkgate_core.clock import Clock
 from vkgate_core.kubetypes import Pod
@@ -44,59 +43,8 @@ log = logging.getLogger("gateway.probes.hooks")
 #: runs it over a backend connection that can hang, so it gives up after this long and treats
 #: it as failed (the container is restarted) rather than keep it waiting for ever.
 POST_START_LIMIT = 300.0
-#: The kubelet gives a container at least this long between SIGTERM and SIGKILL after its
-#: preStop hook (``minimumGracePeriodInSeconds``).
-MIN_STOP_GRACE = 2
-#: The handlers a lifecycle hook may name (``core/v1`` LifecycleHandler).
-HANDLERS = ("exec", "httpGet", "sleep", "tcpSocket")
-
 #: (pod, container, why) → kill and restart that container (the prober's ``Restart``).
 Restart = Callable[[Pod, str, str], Awaitable[None]]
-
-
-class PreStop(enum.StrEnum):
-    """Where a pod's preStop hooks are, as the pod sync reads it (``PodMemory.pre_stop``)."""
-
-    NONE = ""
-    RUNNING = "running"
-    DONE = "done"
-
-
-@dataclass(frozen=True, slots=True)
-class Hook:
-    """One hook of one container: its handler kind and the handler's fields."""
-
-    handler: str
-    action: Mapping[str, Any]
-
-
-def hook_of(container: Mapping[str, Any], which: str) -> Hook | None:
-    """The container's ``lifecycle.<which>`` hook (``postStart`` / ``preStop``), if any."""
-    raw = (container.get("lifecycle") or {}).get(which)
-    if not isinstance(raw, Mapping):
-        return None
-    handler = next((h for h in HANDLERS if raw.get(h) is not None), None)
-    if handler is None:
-        return None
-    action = raw.get(handler)
-    return Hook(handler, action if isinstance(action, Mapping) else {})
-
-
-def pre_stop_containers(pod: Pod, state: WorkloadState | None) -> list[str]:
-    """The running containers of ``pod`` that have a preStop hook (what a stop waits for)."""
-    running = {c.name for c in (state.containers if state else ()) if c.state == "running"}
-    return [
-        str(c.get("name", ""))
-        for c in (pod.get("spec") or {}).get("containers") or []
-        if c.get("name") in running and hook_of(c, "preStop") is not None
-    ]
-
-
-def grace_of(pod: Pod) -> float:
-    """The grace period of a kill that is not a deletion: ``terminationGracePeriodSeconds``."""
-    spec = pod.get("spec") or {}
-    grace = spec.get("terminationGracePeriodSeconds")
-    return float(30 if grace is None else grace)
 
 
 _Instance = tuple[str, str, int]
@@ -168,7 +116,7 @@ class Hooks:
         skip: Callable[[Pod], Collection[str]] = lambda pod: (),
     ) -> None:
         """``skip``: the ``spec.containers[c].lifecycle.<hook>`` fields the node runs without
-        (``node.ignore_pod_fields`` where the backend cannot run them: gateway.pods.features),
+        (``node.ignore_pod_fields`` where the backend cannot run them: gateway.pods.resolve.features),
         asked once per pod (a pod's hooks are immutable)."""
         self.handlers = handlers
         self.events = events

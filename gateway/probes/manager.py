@@ -16,7 +16,7 @@ manager").
 * A container with a startup probe is not ``started`` (``set_started``) — nor ready, when it
   has no readiness probe — until that probe passes.
 * A probe the node runs without (``skip``: the fields ``node.ignore_pod_fields`` covers where
-  the backend cannot honour them, gateway.pods.features) gets no worker: the container is as
+  the backend cannot honour them, gateway.pods.resolve.features) gets no worker: the container is as
   if it did not declare it.  Asked once per pod (a pod's probes are immutable).
 * A liveness or startup verdict of failure is handed to ``pre_kill`` (the container's preStop
   hook, as the kubelet's ``killContainer`` runs it), then to ``restart`` (None: an Event says

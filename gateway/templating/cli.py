@@ -10,7 +10,7 @@ Nomad the job body plus, under ``"Variable"``, the Nomad Variable written before
 the pod's files and Secret env values (docs/design/secrets.md).
 ``--explain`` writes the lookup trace (team, annotation, team template, default, source file),
 resolution notes and the pod fields the spec does not carry (probes and lifecycle hooks: run by
-vkgate, ignored by the node or refused, gateway.pods.features.not_carried) to stderr, so stdout
+vkgate, ignored by the node or refused, gateway.pods.resolve.features.not_carried) to stderr, so stdout
 stays the spec.  Exit status: 0 rendered, 1 the
 template/schema/pod failed (the message names ``template:line`` and the field), 2 usage.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway import config as cfg
-from gateway.pods import features as featmod
+from gateway.pods.resolve import features as featmod
 from gateway.templating.offline import (
     OfflineError,
     SpecRenderer,

@@ -3,8 +3,8 @@
 Shared by ``vkgate render``, ``vkgate templates check`` and the ConfigMap template source
 (which validates a new template version against the sample pods before it serves).
 
-The pod is resolved with the gateway's own rules (``gateway.pods.env`` /
-``gateway.pods.volumes``), fed from the YAML alone:
+The pod is resolved with the gateway's own rules (``gateway.pods.resolve.env`` /
+``gateway.pods.resolve.volumes``), fed from the YAML alone:
 
 * ConfigMap and Secret documents in the same file (same namespace as the pod, or none) answer
   ``configMapKeyRef``/``secretKeyRef``/``envFrom`` and configMap/secret volumes; Secret
@@ -15,7 +15,7 @@ The pod is resolved with the gateway's own rules (``gateway.pods.env`` /
 * ``imagePullSecrets`` are resolved from the Secrets in the file (dockerconfigjson/dockercfg,
   as the live agent does); a pull secret the file does not contain is left out with a note.
 * PersistentVolumeClaim and PersistentVolume documents answer persistentVolumeClaim volumes
-  (the claim bound to its PV, as the live agent reads them: gateway.pods.claims); a claim or
+  (the claim bound to its PV, as the live agent reads them: gateway.pods.resolve.claims); a claim or
   PV the file lacks is a mount failure, as it would be in the cluster.
 * A Namespace document gives the team (label ``vkgate.io/team``) unless ``--team`` is given.
 * Service link variables are not generated (there are no Services offline).
@@ -40,8 +40,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from gateway.pods.env import Lookup
-from gateway.pods.resolve import Kind, Resolver
+from gateway.pods.resolve import Kind, Lookup, Resolver
 from translators import plugins
 from translators.base import (
     JSON,

@@ -133,7 +133,7 @@ def test_pull_secrets_reach_the_backend_and_missing_ones_only_warn(
     )
 
     # one Warning for the 404; the Node authorizer may answer 403 for a few ms after the pod
-    # was created ("Unable to read image pull secrets …", gateway/pods/pullsecrets.py), which
+    # was created ("Unable to read image pull secrets …", gateway/pods/resolve/pullsecrets.py), which
     # is its own Warning with the same reason: a CI run saw both
     def with_missing() -> list[dict[str, Any]] | None:
         evs = events_about(

@@ -1,5 +1,6 @@
-"""Every module of gateway/ and translators/ sits in an import-linter layer, and every backend
-is in the independence contract: a new module or backend cannot slip past the contracts."""
+"""Every module of gateway/ and translators/ sits in an import-linter layer (the pod sync's
+sub-packages too, and its decision stays pure), and every backend is in the independence
+contract: a new module or backend cannot slip past the contracts."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def test_every_module_of_each_package_is_in_a_layer() -> None:
     # The layers inside the sub-packages that hold more than a handful of modules.
     for package in (
         "gateway/pods",
+        "gateway/pods/resolve",
+        "gateway/pods/status",
         "gateway/kubelet",
         "gateway/kubelet/api",
         "gateway/kubelet/streams",
@@ -55,6 +58,15 @@ def test_every_module_of_each_package_is_in_a_layer() -> None:
         children = _children(package)
         assert len(children) >= 3, package
         assert children - _layered(package.replace("/", ".")) == set(), package
+    # The pod sync's decision is pure: no kube client, resolver or status writer below it.
+    pure = _contracts()["importlinter:contract:decide-pure"]
+    assert pure["type"] == "forbidden"
+    assert pure["source_modules"].split() == ["gateway.pods.decide"]
+    assert set(pure["forbidden_modules"].split()) == {
+        "gateway.kube",
+        "gateway.pods.resolve",
+        "gateway.pods.status.manager",
+    }
 
 
 def test_every_kubelet_auth_module_is_in_the_independence_contract() -> None:

@@ -39,7 +39,7 @@ GENERIC = {"gateway/kube/client.py", "gateway/kube/reflector.py"}  # an unresolv
 
 #: Resource segments that are variables, with the values their type allows.
 VARIABLE_RESOURCES = {
-    ("gateway/pods/resolve.py", "kind"): typing.get_args(
+    ("gateway/pods/resolve/resolver.py", "kind"): typing.get_args(
         __import__("gateway.pods.resolve", fromlist=["Kind"]).Kind
     ),
 }

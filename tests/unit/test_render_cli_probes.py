@@ -1,7 +1,7 @@
 """``vkgate render --explain`` and ``vkgate templates check`` list the pod fields no backend spec
 carries — every probe and lifecycle hook — with their fate on the chosen backend: run by vkgate
 (the prober), ignored by the node (``node.ignore_pod_fields``) or refused
-(gateway.pods.features.not_carried / catalogue)."""
+(gateway.pods.resolve.features.not_carried / catalogue)."""
 
 from __future__ import annotations
 

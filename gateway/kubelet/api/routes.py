@@ -91,7 +91,7 @@ def _containers(pod: Pod) -> list[str]:
 
 def _never_ran(pod: Pod, container: str) -> str:
     """Why an ephemeral container never ran (its status: terminated with no container ID, as
-    the pod controller reports one the backend cannot run: gateway.pods.ephemeral), or ""."""
+    the pod controller reports one the backend cannot run: gateway.pods.status.ephemeral), or ""."""
     for cs in (pod.get("status") or {}).get("ephemeralContainerStatuses") or []:
         if cs.get("name") == container and not cs.get("containerID"):
             done = (cs.get("state") or {}).get("terminated") or {}

@@ -106,7 +106,7 @@ async def test_every_probe_and_hook_is_refused_naming_the_field(
 async def test_the_refusal_is_the_agents_unsupported_pod_feature(
     make_translator: Callable[..., BatchTranslator],
 ) -> None:
-    from gateway.pods import features as featmod
+    from gateway.pods.resolve import features as featmod
 
     t = make_translator()
     pod = yaml.safe_load(pod_yaml("p", {"readinessProbe": {"grpc": {"port": 9090}}}))

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gateway.pods.status import from_workload
+from gateway.pods.status.rules import from_workload
 from gateway.templating.offline import parse_inputs, resolve
 from translators.base import OWNER_KEY, OWNER_VALUE, TranslatorError
 from translators.batch import BatchTranslator

@@ -38,8 +38,7 @@ import pytest
 import yaml
 
 from gateway.pods import decide as dc
-from gateway.pods.env import Event as EnvEvent
-from gateway.pods.features import Unsupported
+from gateway.pods.events import Event
 from gateway.pods.keys import GoneKey, PodKey
 from gateway.pods.memory import Applied, PodMemory
 from gateway.pods.plan import (
@@ -54,7 +53,7 @@ from gateway.pods.plan import (
     Submit,
     describe,
 )
-from gateway.pods.resolve import Resolution
+from gateway.pods.resolution import Resolution, Unsupported
 from gateway.pods.translation import Verdict
 from translators.base import PodRef, ResolvedPod, WorkloadState
 from vkgate_core.kubetypes import Pod
@@ -128,7 +127,7 @@ def memory(d: dict[str, Any], pod: Pod) -> PodMemory:
 
 def resolution(d: dict[str, Any]) -> Resolution:
     res = Resolution(
-        events=[EnvEvent(**e) for e in d.get("events") or []],
+        events=[Event(**e) for e in d.get("events") or []],
         waiting={k: (v[0], v[1]) for k, v in (d.get("waiting") or {}).items()},
         mount_error=d.get("mount_error", ""),
         unsupported=[Unsupported(**u) for u in d.get("unsupported") or []],

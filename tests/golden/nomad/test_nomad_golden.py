@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from gateway.pods.status import from_workload
+from gateway.pods.status.rules import from_workload
 from gateway.templating.offline import parse_inputs, resolve
 from translators.base import TranslatorError
 from translators.nomad import NomadTranslator

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.pods import status as st
+from gateway.pods.status import rules as st
 from translators.base import PodRef, WorkloadState
 
 HERE = Path(__file__).parent

@@ -24,7 +24,7 @@ import pytest
 
 from devstack.components import NOMAD_VERSION
 from gateway.kubelet.api import attach, portforward
-from gateway.pods import features as admission
+from gateway.pods.resolve import features as admission
 from translators.base import Executor, LogOptions, LogReader, MetricsSource
 from translators.base import TranslatorContext as Context
 from translators.nomad import NomadTranslator
@@ -38,7 +38,7 @@ POD_CODE = [
     *sorted((ROOT / "translators" / "nomad").glob("*.py")),
     ROOT / "translators" / "render" / "engine.py",
     ROOT / "translators" / "base.py",
-    *sorted((ROOT / "gateway" / "pods").glob("*.py")),
+    *sorted((ROOT / "gateway" / "pods").rglob("*.py")),
 ]
 #: Where a name the docs use may be defined (labels, Meta keys, selector prefixes ...).
 ALL_CODE = sorted({*(ROOT / "translators").rglob("*.py"), *(ROOT / "gateway").rglob("*.py")})
@@ -242,7 +242,7 @@ def test_the_volumes_row_lists_the_volume_kinds_the_translator_declares(
     assert set(ticked(supported)) == set(translator.features.volume_kinds)
 
 
-#: A pod spec that uses each feature of gateway/pods/features.py.
+#: A pod spec that uses each feature of gateway/pods/resolve/features.py.
 FEATURE_PODS: Mapping[str, dict[str, Any]] = {
     "hostNetwork": {"hostNetwork": True},
     "hostPID": {"hostPID": True},
@@ -263,7 +263,7 @@ def test_the_pod_features_row_is_what_admission_lets_through(translator: NomadTr
         if line.startswith("``")
     ]
     names = {name for cell in first_column for name in re.findall(r"``(\w+)``", cell)}
-    assert names == set(FEATURE_PODS), "gateway/pods/features.py lists other features"
+    assert names == set(FEATURE_PODS), "gateway/pods/resolve/features.py lists other features"
     supported_text, refused_text = SUPPORT["pod features"][0].split("; refused", 1)
     supported, refused = set(ticked(supported_text)), set(ticked(refused_text))
     refused.discard("UnsupportedPodFeature")

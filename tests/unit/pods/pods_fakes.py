@@ -26,7 +26,7 @@ from typing import Any
 from status_merge import apply_patch
 
 from gateway.kube.errors import Conflict, Forbidden, Gone, NotFound
-from gateway.pods import status as st
+from gateway.pods.status import rules as st
 from translators.base import (
     Capacity,
     Features,

@@ -1,5 +1,5 @@
 """The API server's strategic merge of a pod status patch, for tests: applies what
-``gateway.pods.status.status_patch`` produced to the fakes' stored pods (production code only
+``gateway.pods.status.rules.status_patch`` produced to the fakes' stored pods (production code only
 sends patches; it never applies them)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.pods.status import MERGE_KEYS, normalize
+from gateway.pods.status.rules import MERGE_KEYS, normalize
 
 JSON = dict[str, Any]
 

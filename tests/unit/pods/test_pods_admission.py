@@ -1,4 +1,4 @@
-"""Node admission by policy (gateway.pods.admission): DaemonSet pods per ``node.daemonsets``.
+"""Node admission by policy (gateway.pods.resolve.admission): DaemonSet pods per ``node.daemonsets``.
 
 Pure rules first, then the pod controller on a fake API server and the simulated backend with
 a fake clock: a refused DaemonSet pod is Failed at once (the DaemonSet controller's signal to
@@ -16,8 +16,7 @@ from controller_harness import ControllerHarness
 from pods_fakes import run_for
 
 from gateway.config import ConfigError, Settings, load
-from gateway.pods import admission
-from gateway.pods.resolve import Resolver
+from gateway.pods.resolve import Resolver, admission
 from translators.base import Features
 
 NODE = "vk-test"

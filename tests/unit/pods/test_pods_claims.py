@@ -1,4 +1,4 @@
-"""persistentVolumeClaim volumes: the claim and its bound PV read by name (gateway/pods/claims.py)."""
+"""persistentVolumeClaim volumes: the claim and its bound PV read by name (gateway/pods/resolve/claims.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 from pods_fakes import FakeKube
 
-from gateway.pods.claims import bound_volume, claim_names, resolve_claims
-from gateway.pods.env import Lookup, ReadError
 from gateway.pods.resolve import RefCache, Resolver, references
+from gateway.pods.resolve.claims import bound_volume, claim_names, resolve_claims
+from gateway.pods.resolve.env import Lookup, ReadError
 from translators.base import Features, ResolvedVolume
 from vkgate_core.clock import FakeClock
 

@@ -14,7 +14,7 @@ from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 from gateway.config import Settings
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
-from gateway.pods.statusmanager import FIRST_STATUS_DELAY
+from gateway.pods.status.manager import FIRST_STATUS_DELAY
 from translators.simulated import SimulatedTranslator, fake_ip
 from vkgate_core.clock import FakeClock
 

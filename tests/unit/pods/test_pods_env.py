@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.pods.env import (
+from gateway.pods.resolve.env import (
     EnvSources,
     ReadError,
     expand,

@@ -1,4 +1,4 @@
-"""Ephemeral containers on a backend that cannot run them (gateway.pods.ephemeral): the status
+"""Ephemeral containers on a backend that cannot run them (gateway.pods.status.ephemeral): the status
 says why, terminated and final, with a Warning Event — never silence."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from controller_harness import ControllerHarness
 from pods_fakes import run_for
 
-from gateway.pods import ephemeral
+from gateway.pods.status import ephemeral
 
 NODE = "vk-test"
 NOW = _dt.datetime(2026, 3, 1, 10, 0, tzinfo=_dt.UTC)

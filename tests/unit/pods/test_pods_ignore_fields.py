@@ -1,7 +1,7 @@
 """``node.ignore_pod_fields``: a probe or hook the backend cannot honour is refused
 (UnsupportedPodFeature) unless the node lists it; then the pod runs without it, the prober
 runs no worker for it and a Warning Event ``PodFieldIgnored`` names the field
-(gateway/pods/features.py, docs/design/probes.md, "Ignored fields").  The harness's simulated
+(gateway/pods/resolve/features.py, docs/design/probes.md, "Ignored fields").  The harness's simulated
 backend has no exec and no routable pod address: every probe and hook is one it cannot honour."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from controller_harness import ControllerHarness
 from pods_fakes import run_for
 
 from gateway import config as cfg
-from gateway.pods import features as featmod
+from gateway.pods.resolve import features as featmod
 from translators.base import Features
 
 NODE = "vk-test"

@@ -298,7 +298,7 @@ SLEEP = {"preStop": {"sleep": {"seconds": 5}}}
 
 
 def _refusals(lifecycle: dict[str, Any], features: Any, *, can_exec: bool, backend: str) -> Any:
-    from gateway.pods.features import check_probes
+    from gateway.pods.resolve.features import check_probes
 
     spec = {"containers": [{"name": "app", "lifecycle": lifecycle}]}
     found = check_probes({"spec": spec}, features, can_exec=can_exec, backend=backend)

@@ -1,11 +1,11 @@
 """A probe with an explicit ``host`` is dialled as it is, like the kubelet does: it needs no
-routable pod address, so a backend without one still runs it (gateway/pods/features.py)."""
+routable pod address, so a backend without one still runs it (gateway/pods/resolve/features.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.pods.features import check_probes
+from gateway.pods.resolve.features import check_probes
 from translators.base import Features
 
 

@@ -1,4 +1,4 @@
-"""imagePullSecrets → registry credentials and Events (gateway.pods.pullsecrets), and the
+"""imagePullSecrets → registry credentials and Events (gateway.pods.resolve.pullsecrets), and the
 Resolver reading them by name through RefCache."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from pods_fakes import FakeKube
 
-from gateway.pods.env import ReadError
-from gateway.pods.pullsecrets import (
+from gateway.pods.resolve import RefCache, Resolver
+from gateway.pods.resolve.env import ReadError
+from gateway.pods.resolve.pullsecrets import (
     INVALID,
     RETRIEVE_FAILED,
     parse_secret,
     pull_secret_names,
     resolve_pull_secrets,
 )
-from gateway.pods.resolve import RefCache, Resolver
 from translators.base import Features, RegistryCredential
 from vkgate_core.clock import FakeClock
 

@@ -6,8 +6,9 @@ from typing import Any
 
 from pods_fakes import FakeKube
 
-from gateway.pods.env import ReadError
-from gateway.pods.resolve import TEAM_FROM_CONFIG, TEAM_FROM_LABEL, RefCache, Resolver, references
+from gateway.pods.resolve import RefCache, Resolver, references
+from gateway.pods.resolve.env import ReadError
+from gateway.pods.resolve.resolver import TEAM_FROM_CONFIG, TEAM_FROM_LABEL
 from translators.base import Features
 from vkgate_core.clock import FakeClock
 

@@ -1,4 +1,4 @@
-"""securityContext admission (gateway.pods.features over translators.securitycontext): a
+"""securityContext admission (gateway.pods.resolve.features over translators.securitycontext): a
 restriction the backend cannot enforce refuses the pod naming the field; one the node relaxes
 passes with a Warning Event."""
 
@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.pods import features
-from gateway.pods.resolve import Resolver
+from gateway.pods.resolve import Resolver, features
 from translators import securitycontext as sc
 from translators.base import Features
 

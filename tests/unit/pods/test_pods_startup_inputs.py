@@ -20,9 +20,9 @@ from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 
 from gateway.config import Settings, TemplateSettings
 from gateway.inputs import InputsGate
+from gateway.inputs.teams import NamespaceTeams
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
-from gateway.pods.teams import NamespaceTeams
 from gateway.templating.source import TemplatesSource, renderer_from_settings
 from translators.base import ResolvedPod, TranslatorContext, WorkloadState
 from translators.nomad import NomadTranslator

@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from gateway.kube.reflector import lean
 from gateway.pods.memory import changed_fields, same_objects, snapshot
-from gateway.pods.statusmanager import ECHO_WINDOW, EchoMemory
+from gateway.pods.status.manager import ECHO_WINDOW, EchoMemory
 from vkgate_core.kubetypes import Pod
 
 

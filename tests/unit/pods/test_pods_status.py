@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from status_merge import apply_patch
 
-from gateway.pods import status as st
+from gateway.pods.status import rules as st
 from translators.base import ContainerState, Phase, PodRef, WorkloadState
 
 T0 = _dt.datetime(2026, 3, 1, 10, 0, 0, tzinfo=_dt.UTC)

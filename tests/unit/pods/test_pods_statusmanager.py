@@ -11,7 +11,7 @@ from pods_fakes import FakeKube
 
 from gateway.kube.events import EventRecorder
 from gateway.pods.plan import DeleteFailed, FromWorkload, NotCreated
-from gateway.pods.statusmanager import StatusManager, Write
+from gateway.pods.status.manager import StatusManager, Write
 from translators.base import ContainerState, Phase, PodRef, WorkloadState
 from vkgate_core.clock import FakeClock
 from vkgate_core.kubetypes import Pod

@@ -1,6 +1,6 @@
 """Projected service-account tokens are rotated as the kubelet rotates them: kept until 80 % of
 their lifetime, then requested again, and the pod is re-queued so the new token reaches its
-workload (gateway/pods/resolve.py ``RefCache.token``).  Fake time throughout."""
+workload (gateway/pods/resolve/resolver.py ``RefCache.token``).  Fake time throughout."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import datetime as _dt
 import itertools
 from typing import Any
 
-from gateway.pods.resolve import RefCache, fingerprint, token_lifetime
+from gateway.pods.resolve import RefCache
+from gateway.pods.resolve.resolver import fingerprint, token_lifetime
 from translators.base import ResolvedPod, ResolvedVolume, VolumeFile
 from vkgate_core.clock import FakeClock
 

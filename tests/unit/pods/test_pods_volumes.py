@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from gateway.pods.env import EnvSources, ReadError
-from gateway.pods.features import check_pod, unsupported_volume
-from gateway.pods.volumes import (
+from gateway.pods.resolve.env import EnvSources, ReadError
+from gateway.pods.resolve.features import check_pod, unsupported_volume
+from gateway.pods.resolve.volumes import (
     referenced_objects,
     resolve_volumes,
     token_requests,
 )
 from translators.base import Features
 
-#: The kinds gateway.pods.volumes resolves to files (a translator must still declare them).
+#: The kinds gateway.pods.resolve.volumes resolves to files (a translator must still declare them).
 RESOLVED_KINDS = frozenset({"configMap", "secret", "emptyDir", "projected", "downwardAPI"})
 
 

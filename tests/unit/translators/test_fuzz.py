@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.pods.status import from_workload
+from gateway.pods.status.rules import from_workload
 from gateway.templating.offline import parse_inputs, resolve
 from translators.base import Features, TranslatorError
 from translators.batch.status import group_tasks

@@ -34,6 +34,8 @@ misses are *Normal* events (nothing is wrong: the pod said the value is optional
 mandatory misses are *Warning* events and set ``error``.  A read error (not a 404) is a Warning
 and sets ``error`` even for an optional reference: the value may exist, so the container must
 not start without it (kubelet and Go VK behave the same); the controller retries.
+
+Internal to the resolver (``gateway.pods.resolve``, which exports ``Lookup`` and ``ReadError``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.pods.events import Event
 from translators.base import EnvVar, ResolvedContainer, VolumeMount
 from vkgate_core.quantity import cpu_millis, parse_quantity
 
@@ -58,16 +61,6 @@ class ReadError:
 
 #: A referenced object as the resolver found it: the object, None (404), or a read error.
 Lookup = Mapping[str, Any] | None | ReadError
-
-
-@dataclass(frozen=True)
-class Event:
-    """An Event the controller should record about the pod."""
-
-    type: str
-    reason: str
-    message: str
-    field_path: str = ""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ Feature names (what a translator lists in ``Features.pod_features``):
 ``ephemeralContainers``     ``spec.ephemeralContainers`` (``kubectl debug``)
 ==========================  ====================================================
 
-Volume kinds are checked by ``gateway.pods.volumes`` (reason ``UnsupportedVolume``).
+Volume kinds are checked by ``gateway.pods.resolve.volumes`` (reason ``UnsupportedVolume``).
 
 The securityContext restrictions (``translators.securitycontext``, pod and container fields
 merged as the kubelet does) are checked against ``Features.security_context``, the same way and
@@ -35,9 +35,9 @@ probe or hook (the prober skips it) and carries a Warning Event (``REASON_IGNORE
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from gateway.pods.resolution import Unsupported
 from translators import securitycontext as scmod
 from translators.base import Features
 
@@ -47,16 +47,6 @@ REASON_RELAXED = "SecurityContextRelaxed"
 #: A probe or hook the backend cannot honour, run without because the node says so
 #: (``node.ignore_pod_fields``): a Warning Event instead of ``UnsupportedPodFeature``.
 REASON_IGNORED = "PodFieldIgnored"
-
-
-@dataclass(frozen=True)
-class Unsupported:
-    #: The pod field that asks for it, e.g. ``spec.containers[app].securityContext.privileged``.
-    field: str
-    #: The feature name (see the table above) or volume kind.
-    feature: str
-    reason: str
-    message: str
 
 
 def _used_features(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -141,12 +131,6 @@ def unsupported_volume(name: str, kind: str, *, backend: str) -> Unsupported:
         reason=REASON_VOLUME,
         message=f'volume "{name}": {kind} volumes are not supported by the {backend} backend',
     )
-
-
-def ephemeral_containers(pod: Mapping[str, Any]) -> list[str]:
-    return [
-        str(c.get("name", "")) for c in (pod.get("spec") or {}).get("ephemeralContainers") or []
-    ]
 
 
 def relaxed_security(pod: Mapping[str, Any], features: Features) -> list[tuple[str, str]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from translators.base import ContainerState, Phase, WorkloadState
@@ -443,49 +444,55 @@ def _ips(value: str, fallback: Sequence[Mapping[str, Any]] | None) -> list[JSON]
     return [dict(x) for x in fallback or []]
 
 
-def _render(
-    pod: Pod,
-    *,
-    phase: str,
-    reason: str,
-    message: str,
-    init_statuses: list[JSON],
-    statuses: list[JSON],
-    placed: bool,
-    pod_ip: str,
-    host_ip: str,
-    started_at: _dt.datetime | None,
-    now: _dt.datetime,
-) -> JSON:
+@dataclass(frozen=True)
+class _Draft:
+    """What a builder decided, handed to ``_render`` (which adds what the pod already shows):
+    the phase and container statuses, the pod's reason and message, and where it runs."""
+
+    phase: str
+    init_statuses: list[JSON]
+    statuses: list[JSON]
+    #: The backend's host or the node InternalIP ("": keep the pod's).
+    host_ip: str
+    now: _dt.datetime
+    reason: str = ""
+    message: str = ""
+    #: The backend placed the workload (PodReadyToStartContainers).
+    placed: bool = False
+    #: "": keep the pod's.
+    pod_ip: str = ""
+
+
+def _render(pod: Pod, draft: _Draft) -> JSON:
     prev: Mapping[str, Any] = pod.get("status") or {}
     spec = pod.get("spec") or {}
     policy = str(spec.get("restartPolicy") or "Always")
-    statuses = _keep_terminated(statuses, prev.get("containerStatuses") or [], policy)
+    statuses = _keep_terminated(draft.statuses, prev.get("containerStatuses") or [], policy)
     init_statuses = _keep_terminated(
-        init_statuses, prev.get("initContainerStatuses") or [], "Never"
+        draft.init_statuses, prev.get("initContainerStatuses") or [], "Never"
     )
     out: JSON = {k: v for k, v in prev.items()}
-    out["phase"] = phase
-    out["reason"] = reason
-    out["message"] = message
+    out["phase"] = draft.phase
+    out["reason"] = draft.reason
+    out["message"] = draft.message
     out["conditions"] = _conditions(
         pod,
-        phase=phase,
-        placed=placed,
+        phase=draft.phase,
+        placed=draft.placed,
         init_statuses=init_statuses,
         statuses=statuses,
         prev=prev.get("conditions") or [],
-        now=now,
+        now=draft.now,
     )
     out["initContainerStatuses"] = init_statuses
     out["containerStatuses"] = statuses
-    pod_ip = pod_ip or str(prev.get("podIP") or "")
+    pod_ip = draft.pod_ip or str(prev.get("podIP") or "")
     out["podIP"] = pod_ip
     out["podIPs"] = _ips(pod_ip, prev.get("podIPs"))
-    host_ip = host_ip or str(prev.get("hostIP") or "")
+    host_ip = draft.host_ip or str(prev.get("hostIP") or "")
     out["hostIP"] = host_ip
     out["hostIPs"] = _ips(host_ip, prev.get("hostIPs"))
-    out["startTime"] = prev.get("startTime") or ts(started_at or now)
+    out["startTime"] = prev.get("startTime") or ts(draft.now)
     out["qosClass"] = prev.get("qosClass") or qos_class(pod)
     return normalize(out)  # type: ignore[no-any-return]
 
@@ -546,16 +553,17 @@ def from_workload(
         init_statuses = [_unknown_terminated(s, now=now, message=note) for s in init_statuses]
     return _render(
         pod,
-        phase=phase,
-        reason=state.reason,
-        message=state.message,
-        init_statuses=init_statuses,
-        statuses=statuses,
-        placed=state.placed,
-        pod_ip=state.pod_ip,
-        host_ip=state.host_ip or host_ip,
-        started_at=None,
-        now=now,
+        _Draft(
+            phase=phase,
+            reason=state.reason,
+            message=state.message,
+            init_statuses=init_statuses,
+            statuses=statuses,
+            placed=state.placed,
+            pod_ip=state.pod_ip,
+            host_ip=state.host_ip or host_ip,
+            now=now,
+        ),
     )
 
 
@@ -575,16 +583,15 @@ def pending(
     init_statuses, statuses = _waiting_statuses(pod, waiting or {})
     return _render(
         pod,
-        phase="Pending",
-        reason=reason,
-        message=message,
-        init_statuses=init_statuses,
-        statuses=statuses,
-        placed=False,
-        pod_ip="",
-        host_ip=host_ip,
-        started_at=None,
-        now=now,
+        _Draft(
+            phase="Pending",
+            reason=reason,
+            message=message,
+            init_statuses=init_statuses,
+            statuses=statuses,
+            host_ip=host_ip,
+            now=now,
+        ),
     )
 
 
@@ -606,16 +613,15 @@ def rejected(pod: Pod, *, now: _dt.datetime, host_ip: str, reason: str, message:
     init_statuses, statuses = _waiting_statuses(pod, all_waiting(pod, reason, message))
     return _render(
         pod,
-        phase="Failed",
-        reason=reason,
-        message=message,
-        init_statuses=init_statuses,
-        statuses=statuses,
-        placed=False,
-        pod_ip="",
-        host_ip=host_ip,
-        started_at=None,
-        now=now,
+        _Draft(
+            phase="Failed",
+            reason=reason,
+            message=message,
+            init_statuses=init_statuses,
+            statuses=statuses,
+            host_ip=host_ip,
+            now=now,
+        ),
     )
 
 
@@ -667,16 +673,15 @@ def lost(
     init_statuses, statuses = _all_terminated(pod, now=now, message=msg)
     return _render(
         pod,
-        phase="Failed",
-        reason=reason,
-        message=msg,
-        init_statuses=init_statuses,
-        statuses=statuses,
-        placed=False,
-        pod_ip="",
-        host_ip=host_ip,
-        started_at=None,
-        now=now,
+        _Draft(
+            phase="Failed",
+            reason=reason,
+            message=msg,
+            init_statuses=init_statuses,
+            statuses=statuses,
+            host_ip=host_ip,
+            now=now,
+        ),
     )
 
 
@@ -700,16 +705,13 @@ def deleted(
     ok = bool(statuses) and all(_exit_code(s) == 0 for s in statuses)
     return _render(
         pod,
-        phase="Succeeded" if ok else "Failed",
-        reason="",
-        message="",
-        init_statuses=init_statuses,
-        statuses=statuses,
-        placed=False,
-        pod_ip="",
-        host_ip=host_ip,
-        started_at=None,
-        now=now,
+        _Draft(
+            phase="Succeeded" if ok else "Failed",
+            init_statuses=init_statuses,
+            statuses=statuses,
+            host_ip=host_ip,
+            now=now,
+        ),
     )
 
 

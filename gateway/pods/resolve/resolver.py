@@ -14,7 +14,7 @@ the key appears, or sooner at its own backoff retry (a cached "not found" is re-
 
 **imagePullSecrets** are read the same way (by name, through ``RefCache``) but are not
 tracked for change detection: credentials matter when a workload is created, and a rotated
-pull secret must not restart a running one.  The rules are in ``gateway.pods.pullsecrets``; a
+pull secret must not restart a running one.  The rules are in ``gateway.pods.resolve.pullsecrets``; a
 missing pull secret (404) is a Warning event, an unreadable one holds the pod and retries.
 
 Services (for service link variables) are listed per namespace and cached for the same
@@ -23,7 +23,7 @@ until 80 % of its lifetime and then requested again (the kubelet's refresh), whi
 the pod: its workload's token file is updated in place where the backend can
 (``Features.updates_files_in_place``: Nomad).  The team is
 the namespace label ``vkgate.io/team`` (a live cache of the labelled namespaces, loaded before
-any pod is synced: gateway.pods.teams), else the config's namespace → team map
+any pod is synced: gateway.inputs.teams), else the config's namespace → team map
 (``templates.teams``); ``ResolvedPod.team_source`` says which.  Every other read here happens
 while the pod is synced, so it has no initial load to wait for; one that fails holds the pod
 (``ReadError``) instead of reading as "absent" (docs/design/startup.md).
@@ -40,6 +40,8 @@ the pod's own ``status.podIP`` when already known (a re-create), else the transl
 time, so it also works inside ``$(VAR)`` expansions and command/args — else the node
 InternalIP, which is the right answer for host-network backends (Nomad raw_exec/docker host
 mode, Batch).  ``status.hostIP(s)`` is always the node InternalIP.
+
+Internal to ``gateway.pods.resolve``, which exports its public names.
 """
 
 from __future__ import annotations
@@ -50,20 +52,22 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from gateway.inputs.teams import NamespaceTeams
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, NotFound
-from gateway.pods import admission as admod
-from gateway.pods import claims as claimmod
-from gateway.pods import env as envmod
-from gateway.pods import features as featmod
-from gateway.pods import pullsecrets as pullmod
-from gateway.pods import volumes as volmod
-from gateway.pods.env import EnvSources, Event, Lookup, ReadError
+from gateway.pods.events import Event
 from gateway.pods.keys import PodKey
-from gateway.pods.teams import NamespaceTeams
+from gateway.pods.resolution import Resolution, Unsupported
+from gateway.pods.resolve import admission as admod
+from gateway.pods.resolve import claims as claimmod
+from gateway.pods.resolve import env as envmod
+from gateway.pods.resolve import features as featmod
+from gateway.pods.resolve import pullsecrets as pullmod
+from gateway.pods.resolve import volumes as volmod
+from gateway.pods.resolve.env import EnvSources, Lookup, ReadError
 from translators.base import (
     Features,
     ResolvedContainer,
@@ -183,7 +187,7 @@ class RefCache:
         return await self._lookup((kind, namespace, name))
 
     async def persistent_volume(self, name: str) -> Lookup:
-        """The PersistentVolume a pod's claim is bound to (gateway/pods/claims.py)."""
+        """The PersistentVolume a pod's claim is bound to (gateway/pods/resolve/claims.py)."""
         return await self._lookup((PV_KIND, "", name))
 
     async def _lookup(self, key: RefKey) -> Lookup:
@@ -326,26 +330,6 @@ class RefCache:
 # --------------------------------------------------------------------------- resolution
 
 
-@dataclass
-class Resolution:
-    """The outcome of resolving one pod."""
-
-    pod: ResolvedPod | None = None
-    events: list[Event] = field(default_factory=list)
-    #: container -> (waiting reason, message) for containers that cannot be created.
-    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
-    #: FailedMount message (a mandatory volume source is missing).
-    mount_error: str = ""
-    unsupported: list[featmod.Unsupported] = field(default_factory=list)
-    #: Hash of everything resolved (env values, files): changes mean "the backend may need an
-    #: update" even when the pod spec did not change (a referenced ConfigMap changed).
-    fingerprint: str = ""
-
-    @property
-    def blocked(self) -> bool:
-        return bool(self.waiting or self.mount_error or self.unsupported)
-
-
 def references(pod: Mapping[str, Any]) -> set[RefKey]:
     ns = str((pod.get("metadata") or {}).get("namespace", ""))
     cms, secrets = envmod.referenced_objects(pod)
@@ -381,9 +365,9 @@ class Resolver:
         can_exec: bool = False,
         ignore_pod_fields: Collection[str] = (),
     ) -> None:
-        """``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.admission);
+        """``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.resolve.admission);
         ``can_exec``: the translator is an ``Executor`` (exec probes can run);
-        ``ignore_pod_fields``: ``node.ignore_pod_fields`` (gateway.pods.features)."""
+        ``ignore_pod_fields``: ``node.ignore_pod_fields`` (gateway.pods.resolve.features)."""
         self.refs = refs
         self.ignore_pod_fields = tuple(ignore_pod_fields)
         self.can_exec = can_exec
@@ -397,7 +381,7 @@ class Resolver:
         self.allocatable = allocatable
         self.enable_service_links = enable_service_links
 
-    def admission(self, pod: Pod) -> list[featmod.Unsupported]:
+    def admission(self, pod: Pod) -> list[Unsupported]:
         """What the node's policy refuses, then the features and volume kinds the backend
         cannot provide (no I/O)."""
         found = admod.node_policy(pod, daemonsets=self.daemonsets)
@@ -412,12 +396,12 @@ class Resolver:
                 )
         return found
 
-    def _probes(self, pod: Pod) -> list[featmod.Unsupported]:
+    def _probes(self, pod: Pod) -> list[Unsupported]:
         return featmod.check_probes(
             pod, self.features, can_exec=self.can_exec, backend=self.backend
         )
 
-    def ignored(self, pod: Pod) -> list[featmod.Unsupported]:
+    def ignored(self, pod: Pod) -> list[Unsupported]:
         """The probes and hooks of ``pod`` the backend cannot honour and the node runs without
         (``node.ignore_pod_fields``): the prober skips them, each is a Warning Event."""
         if not self.ignore_pod_fields:

@@ -15,7 +15,7 @@ created — so a backend declares the ``ephemeralContainers`` pod feature only i
   (containerd's ``StartError``).  Terminated, not waiting: it will never run, and an ephemeral
   container never restarts, so API validation keeps the entry final; ``kubectl debug -it``
   stops waiting for it and falls back to its logs, which the kubelet API refuses with the same
-  message (``gateway.kubelet.routes``).  A waiting entry would leave ``kubectl debug -it``
+  message (``gateway.kubelet.api.routes``).  A waiting entry would leave ``kubectl debug -it``
   waiting forever.
 
 ``kubectl exec`` into a running container works on the backends with an ``Executor``.

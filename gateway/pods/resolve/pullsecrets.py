@@ -31,6 +31,8 @@ What happens when something is wrong:
 Credentials are read when the workload is created.  A pull secret that appears or changes
 later applies at the next re-create; it does not restart a running workload (the kubelet, too,
 uses pull secrets only when it pulls).
+
+Internal to the resolver (``gateway.pods.resolve``): only the resolver module imports it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.pods.env import Event, Lookup, ReadError
+from gateway.pods.events import Event
+from gateway.pods.resolve.env import Lookup, ReadError
 from vkgate_core.imageregistry import RegistryCredential, normalize_server, server_matches
 
 DOCKERCONFIGJSON = "kubernetes.io/dockerconfigjson"

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from gateway.inputs import Input
+from gateway.inputs.gate import Input
 from gateway.kube.client import KubeClient
 from gateway.kube.reflector import Reflector
 from translators.render.engine import TEAM_LABEL

@@ -12,7 +12,7 @@ pod status; everything else hands it *inputs* (docs/design/pod-sync.md, "The sta
 * ``set_container_started(uid, container, started)`` — a container whose startup probe has
   not passed is not ``started`` (nor ready), whatever the backend says.
 
-The status is rendered from the latest of these at write time (``gateway.pods.status`` holds
+The status is rendered from the latest of these at write time (``gateway.pods.status.rules`` holds
 the rules), diffed against what the API server has — or against our own last write while its
 watch echo may still be on its way (``ECHO_WINDOW``) — and written as a strategic-merge patch
 only when it changed, with the Events a kubelet emits for the transition (Started, BackOff,
@@ -21,6 +21,8 @@ create returns is held ``FIRST_STATUS_DELAY``, so a workload that starts at once
 once, as Running (docs/design/kubelet-contract.md, "Status writes").
 
 Writes happen in the pod's sync (one worker per pod), so two writes of one pod never race.
+
+Internal to ``gateway.pods.status``, which exports its public names.
 """
 
 from __future__ import annotations
@@ -35,8 +37,6 @@ from typing import Any
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import Conflict, Invalid, NotFound
 from gateway.kube.events import EventRecorder
-from gateway.pods import ephemeral
-from gateway.pods import status as st
 from gateway.pods.memory import uid_of
 from gateway.pods.plan import (
     Deleted,
@@ -47,11 +47,13 @@ from gateway.pods.plan import (
     Rejected,
     StatusSource,
 )
+from gateway.pods.status import ephemeral
+from gateway.pods.status import rules as st
 from translators.base import Phase, WorkloadState
 from vkgate_core.clock import Clock
 from vkgate_core.kubetypes import Pod, as_pod
 
-log = logging.getLogger("gateway.pods.status")
+log = logging.getLogger("gateway.pods.status.manager")
 
 #: How long our own status write shadows the (possibly lagging) cached pod.
 ECHO_WINDOW = 15.0
@@ -148,7 +150,7 @@ class StatusManager:
         self.backend = backend
         self.host_ip = host_ip
         #: The backend runs ephemeral containers (else their statuses say why not:
-        #: gateway.pods.ephemeral).
+        #: gateway.pods.status.ephemeral).
         self.ephemeral_containers = ephemeral_containers
         self.echo = EchoMemory()
         #: uid → container → its runs before the workload was re-created (restartCount base).

@@ -18,6 +18,8 @@ and the translator reads the details from the pod spec.
 
 A missing non-optional object or key is an ``error`` (the kubelet's ``FailedMount``: the pod stays
 ContainerCreating and the controller retries); optional ones yield empty/partial volumes.
+
+Internal to the resolver (``gateway.pods.resolve``): only the resolver module imports it.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.pods.env import (
+from gateway.pods.events import Event
+from gateway.pods.resolve.env import (
     EnvSources,
-    Event,
     FieldPathError,
     ReadError,
     field_value,

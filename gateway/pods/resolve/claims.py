@@ -6,6 +6,8 @@ objects (by name: ``get`` on ``persistentvolumeclaims`` in the pod's namespace a
 which decides what the backend mounts or refuses the pod naming the claim (Nomad:
 translators/nomad/claims.py).  Until the claim exists, is ``Bound`` and its PV is readable, the
 pod waits as a kubelet's would: a ``FailedMount`` Warning Event and ``ContainerCreating``, retried.
+
+Internal to the resolver (``gateway.pods.resolve``): only the resolver module imports it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.pods.env import Event, Lookup, ReadError
+from gateway.pods.events import Event
+from gateway.pods.resolve.env import Lookup, ReadError
 from translators.base import ResolvedVolume
 
 KIND = "persistentVolumeClaim"

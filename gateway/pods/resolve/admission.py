@@ -1,6 +1,6 @@
 """Node admission by policy: pods this node declines because of its own settings, whatever the
 backend could do.  Pure functions; ``Resolver.admission`` puts them before the backend's
-feature checks (``gateway.pods.features``), so a refused pod is never submitted.
+feature checks (``gateway.pods.resolve.features``), so a refused pod is never submitted.
 
 **DaemonSet pods** (``node.daemonsets``, docs/design/kubelet-contract.md, "DaemonSets").  A
 DaemonSet that tolerates every taint (log shippers, kube-proxy, CSI node plugins, monitoring
@@ -22,6 +22,8 @@ The common practice is to keep DaemonSets off virtual nodes in the first place: 
 node affinity ``type NotIn [virtual-kubelet]`` in the DaemonSet's pod template (every virtual
 kubelet labels its Node ``type=virtual-kubelet``); the DaemonSet controller then never creates
 the pod.
+
+Internal to the resolver (``gateway.pods.resolve``): only the resolver module imports it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.pods.features import Unsupported
+from gateway.pods.resolution import Unsupported
 
 REASON_DAEMONSET = "DaemonSetRefused"
 #: The ``node.daemonsets`` value that runs DaemonSet pods.
