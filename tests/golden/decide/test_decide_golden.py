@@ -4,8 +4,9 @@ KWOK-style (``stage/pod/*.yaml``): ``scenarios/<name>.yaml`` is the input, ``pla
 the plan ``gateway.pods.decide`` returns (``plan.describe``), compared verbatim;
 ``pytest --update-golden`` rewrites the plans — review the diff.  A scenario holds:
 
-* ``row`` — the row of the decision table in ``decide``'s docstring it shows (every row has at
-  least one scenario: ``test_every_row_of_the_decision_table_has_a_scenario``), ``why`` — one line;
+* ``row`` — the row of decide's table (gateway/pods/decide_table.toml) it shows (every row has
+  at least one scenario: ``test_every_row_of_the_decision_table_has_a_scenario``; its plans are
+  a case of that row: tests/unit/pods/test_pods_decide_table.py), ``why`` — one line;
 * ``now`` (RFC 3339), ``node`` (overrides of ``Node(name="vk-1", backend="nomad",
   max_retries=3, backoff_max=60)``);
 * ``pod`` — its ``metadata`` and ``spec`` are merged over a default pod (``web`` in
@@ -29,7 +30,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as _dt
-import re
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -60,9 +61,10 @@ from translators.base import PodRef, ResolvedPod, WorkloadState
 from vkgate_core.kubetypes import Pod
 
 HERE = Path(__file__).parent
+TABLE = HERE.parents[2] / "gateway" / "pods" / "decide_table.toml"
 SCENARIOS = sorted((HERE / "scenarios").glob("*.yaml"))
 
-#: The rows of the decision table in ``gateway.pods.decide``'s docstring.
+#: The rows of the decision table of ``gateway.pods.decide`` (gateway/pods/decide_table.toml).
 ROWS = (
     "pod terminal (Succeeded/Failed)",
     "``deletionTimestamp``, never submitted",
@@ -140,9 +142,10 @@ def resolution(d: dict[str, Any]) -> Resolution:
 
 
 class Scenario:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, data: dict[str, Any] | None = None) -> None:
+        """The scenario file at ``path``, or ``data`` in its words (``path`` names it)."""
         self.path = path
-        self.data: dict[str, Any] = yaml.safe_load(path.read_text())
+        self.data: dict[str, Any] = yaml.safe_load(path.read_text()) if data is None else data
         d = self.data
         self.now = _dt.datetime.fromisoformat(str(d["now"]).replace("Z", "+00:00"))
         self.node = dc.Node(
@@ -245,10 +248,7 @@ def test_every_row_of_the_decision_table_has_a_scenario() -> None:
 
 
 def test_the_rows_are_the_decision_table_of_decide() -> None:
-    """``ROWS`` is the first column of the table in ``gateway.pods.decide``'s docstring."""
-    lines = (dc.__doc__ or "").splitlines()
-    border = [i for i, line in enumerate(lines) if re.fullmatch(r"=+ +=+", line)]
-    width = len(lines[border[0]].split()[0])  # the first column's width (from the border)
-    body = lines[border[1] + 1 : border[2]]
-    rows = tuple(line[:width].strip() for line in body if line[:width].strip())
+    """``ROWS`` are the rows of ``gateway.pods.decide``'s table, in its order."""
+    table = tomllib.loads(TABLE.read_text(encoding="utf-8"))
+    rows = tuple(row["name"] for row in table["row"])
     assert rows == ROWS
