@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gateway.pods import plan as p
-from tests.golden.decide.test_decide_golden import SCENARIOS, Scenario
+from tests.golden.decide.decide_scenarios import SCENARIOS, Scenario
 
 TABLE_PATH = Path(__file__).resolve().parents[3] / "gateway" / "pods" / "decide_table.toml"
 TABLE: list[dict[str, Any]] = tomllib.loads(TABLE_PATH.read_text(encoding="utf-8"))["row"]
