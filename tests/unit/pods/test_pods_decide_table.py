@@ -31,6 +31,22 @@ START = NOW - _dt.timedelta(seconds=60)
 #: ``active_deadline``: activeDeadlineSeconds that ``START`` has passed, or not.
 ACTIVE_DEADLINE = {"passed": 30, "ahead": 3600}
 APP = "app"
+#: The words of the table (its header); memory and node facts are PodMemory's and Node's fields.
+POD_FACTS = {
+    "phase",
+    "started",
+    "ran",
+    "exited",
+    "restart_policy",
+    "deleting",
+    "grace",
+    "remaining",
+    "termination_grace",
+    "pre_stop_hook",
+    "active_deadline",
+    "gone",
+}
+CASE_KEYS = {"case", "state", "observation", "actions"}
 
 
 # --------------------------------------------------------------------------- actions
@@ -166,6 +182,9 @@ def scenario(row: str, case: dict[str, Any]) -> Scenario:
     """The case's state and observation as a scenario of ``tests/golden/decide``."""
     state, seen = case.get("state") or {}, case.get("observation") or {}
     pod_facts, memory = state.get("pod") or {}, state.get("memory") or {}
+    # a word the table does not know would be left out silently, and the case test nothing
+    assert set(case) <= CASE_KEYS and set(state) <= {"pod", "memory", "node"}, case
+    assert set(pod_facts) <= POD_FACTS and set(seen) <= {"workload", "events", "answers"}, case
     data: dict[str, Any] = {
         "row": row,
         "why": case["case"],
