@@ -2,51 +2,17 @@
 
 ``decide(pod, observed, memory, now=…, node=…)`` returns a ``plan.Plan``; ``gateway.pods.act``
 executes it (docs/design/kubelet-contract.md, "Lifecycle"; docs/design/pod-sync.md).  Nothing
-here does I/O, reads a clock or changes a table, so every row below is tested as scenario files
-(``tests/golden/decide``: pod + workload + memory + now → plan).
+here does I/O, reads a clock or changes a table.
 
-==============================================  =================================================
-the pod                                         the plan
-==============================================  =================================================
-pod terminal (Succeeded/Failed)                 nothing: never resubmitted, status frozen
-``deletionTimestamp``, never submitted          final delete now
-``deletionTimestamp``, pod terminal             purge the stopped workload, final delete
-``deletionTimestamp``, workload running         Killing Events; running containers with a
-                                                preStop hook: ``RunPreStop(remaining)`` first,
-                                                re-check when it is done (it queues the pod) or
-                                                at the deadline; then ``Stop(grace=remaining)``
-                                                once (again if the grace was shortened; at least
-                                                2 s after a preStop, as the kubelet's; a Warning
-                                                ``GracePeriodCapped`` when the backend caps it);
-                                                re-check at the deadline — or finish at once
-                                                when the backend's delete returns the final state
-``deletionTimestamp``, workload ended or gone   terminal status, then final delete — at once,
-                                                not at the end of the grace period
-deadline passed, backend never confirmed        Warning ``ForceDeleted``, final delete
-workload vanished                               (no workload, but the pod ran, or was submitted
-                                                ``LOST_AFTER`` ago) Always, OnFailure not done:
-                                                re-create it, count a restart, keep the pod
-                                                (Warning WorkloadLost); Never: Failed/NotFound,
-                                                containers exit 137.  Submitted moments ago and
-                                                never ran: create it again
-unsupported feature / volume kind               Failed + Warning (reason names the field)
-no workload yet                                 resolve → ``Submit`` → Created event
-                                                (config error: Pending/CreateContainerConfigError;
-                                                backend error: ProviderCreateFailed, retry with
-                                                backoff, then Failed (Never) or Pending/
-                                                ProviderFailed; credentials refused: Pending/
-                                                ProviderForbidden, retried every backoff_max,
-                                                never Failed; template error: TranslationFailed,
-                                                retried on a template change: ``translation``)
-``activeDeadlineSeconds`` passed                stop the workload, Failed/DeadlineExceeded
-workload exists                                 update in place if spec/refs changed (or say it
-                                                needs a re-create); status from the state
-backend delete failed                           Warning ``ProviderDeleteFailed``; while the pod
-                                                exists its status ``reason``/``message`` say so;
-                                                retried with backoff
-pod gone from the API (``GoneKey``)             delete its workload (idempotent; not-found is
-                                                done), forget the pod
-==============================================  =================================================
+Its decision table is data: ``gateway/pods/decide_table.toml`` lists each row — what vkgate knows
+of the pod and its workload, and what it observes → the steps, in order — with its cases, and
+tests/unit/pods/test_pods_decide_table.py holds this module to it case by case; the scenario
+files of ``tests/golden/decide`` (pod + workload + memory + now → plan) each show a row.  In
+short: a terminal pod is left alone; a pod being deleted has its workload stopped (its preStop
+hooks first) and is deleted once the workload ended or is gone, or the grace period is over; a
+pod with no workload gets one — again when it was lost and its restartPolicy says so, else it
+fails; a running pod's changes are applied and its status follows the workload; a pod gone
+from the API has its workload deleted.
 
 The rows whose plan needs an answer from outside end with the step that asks (``Create``,
 ``Submit``, ``ResolveUpdate``, ``ApplyUpdate``, ``Stop``); the function named after the answer
