@@ -105,7 +105,7 @@ def _ns(capability: str, *alternatives: str, when: str = "") -> Need:
 
 
 NODE_READ = Need("read", scope="node")
-#: The jobs' own Variables (``jobs.variable_path``): a namespace's ``variables`` block.
+#: The jobs' own Variables (``variables.variable_path``): a namespace's ``variables`` block.
 VARIABLES_PATH = "nomad/jobs/*"
 NO_FS_ISOLATION = "for a task without filesystem isolation, e.g. raw_exec"
 #: The host volumes a job may mount: a pod's claim names any client ``host_volume``.

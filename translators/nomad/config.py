@@ -13,7 +13,7 @@ raises ``SettingsError`` naming ``backend.nomad.<key>``, so ``vkgate config chec
 agent's start-up report it the same way.  This dataclass is the table's schema.
 
 Per-pod overrides (annotations ``vkgate.io/nomad-namespace``, ``-region``, ``-datacenters``,
-``-priority``, ``-node-pool``) are read in ``jobs.py``, and every one is behind an allow-list:
+``-priority``, ``-node-pool``) are read in ``overrides.py``, and every one is behind an allow-list:
 namespace and region must be listed in ``namespaces`` / ``regions``, datacenters must match
 ``datacenters`` or be listed in ``allowed_datacenters``, the node pool must be ``node_pool`` or
 listed in ``node_pools``, and the priority must not exceed ``max_priority``.  Letting any

@@ -50,32 +50,20 @@ constraint: the job's ``NodePool`` (``node_pool``, or the ``-node-pool`` annotat
 which clients Nomad considers at all; the virtual node carries ``nomad.vkgate.io/node-pool`` and
 ``-node-class`` labels (``capacity.node_info``) for nodeSelectors to steer to it.
 
-Nomad namespace: ``namespace_from_pod`` (``mapped_namespace``) pins a mapped pod, its
-``vkgate.io/nomad-namespace`` annotation may only repeat that; an unmapped pod's annotation may
-name any allowed namespace; else ``namespace``.
+Nomad namespace, region, datacenters, priority and node pool: the settings, or a pod's
+allow-listed ``vkgate.io/nomad-*`` annotations and the namespace mapping (``overrides.py``).
 
-Networking (``network_mode``; docs/design/nomad.md, "Pod networking"): ``host`` (default)
-reserves each ``containerPort`` as the same static port on the client, so ``podIP`` (the
-client's address) ``:containerPort`` answers and a taken port keeps the pod Pending with Nomad's
-placement failure instead of moving it to a random port; ``bridge`` and ``cni/<name>`` give every
-job one group network of that mode — one network namespace and address per allocation, shared by
-the pod's containers — where only ``hostPort`` reserves anything on the client.  The mode is
-recorded in ``Meta["vkgate.network"]`` (absent: host); a ``status.podIP`` fieldRef is refused in
-the other modes (``refuse_pod_ip_references``).
+Networking (``network_mode``; docs/design/nomad.md, "Pod networking"): the group's ``Networks``
+and each task's port labels come from ``network.py``, whose docstring has the rules.
 
 Volumes: ConfigMap, Secret, projected and downwardAPI files become task ``Templates`` that
-print one item of the job's own Nomad Variable (``nomad/jobs/<job ID>``, ``Variable``; non-UTF-8
-content is stored base64 and printed through ``base64Decode``), written under
-``local/vkgate/<volume>/`` or, for secrets, the in-memory ``secrets/vkgate/<volume>/``; the
-docker template bind-mounts that directory at ``mountPath``.  Env values from Secrets are items
-too, printed into an ``Envvars`` template (``secret_env_template``).  The job spec therefore
-carries none of the pod's file contents or Secret env values (docs/design/secrets.md): the
-translator writes the Variable before registering the job and removes it with the purge, and a
-changed ConfigMap/Secret rewrites the Variable only — the templates' ``ChangeMode: noop``
-rewrites the files in the running task, as a kubelet updates mounted files.  The template
-bodies are vkgate's own text (the job ID and item keys), so no pod data is ever evaluated as a
-template.  ``emptyDir`` is a directory in the shared alloc dir (``../alloc/data/vkgate/<volume>``)
-mounted into every container that uses it.
+print one item of the job's own Nomad Variable (``variables.py``: non-UTF-8 content is stored
+base64 and printed through ``base64Decode``), written under ``local/vkgate/<volume>/`` or, for
+secrets, the in-memory ``secrets/vkgate/<volume>/``; the docker template bind-mounts that
+directory at ``mountPath``.  Env values from Secrets are items too, printed into an ``Envvars``
+template (``variables.secret_env_template``).  The job spec therefore carries none of the pod's
+file contents or Secret env values (docs/design/secrets.md).  ``emptyDir`` is a directory in the
+shared alloc dir (``../alloc/data/vkgate/<volume>``) mounted into every container that uses it.
 
 imagePullSecrets: the credential that matches a task's image (``vkgate_core.imageregistry``) becomes
 the docker driver's ``auth {username, password, server_address}`` (``server_address`` = the
@@ -94,10 +82,9 @@ if TYPE_CHECKING:
     from translators.render.engine import Renderer
 
 import hashlib
-import json
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -115,6 +102,16 @@ from translators.base import (
 )
 from translators.nomad import claims, images, literal, scheduling
 from translators.nomad.config import NomadConfig
+from translators.nomad.network import networks, refuse_pod_ip_references
+from translators.nomad.overrides import ANNOTATION, overrides
+from translators.nomad.variables import (
+    MAX_VARIABLE_BYTES,
+    Variable,
+    file_template,
+    secret_env_template,
+    variable_path,
+    variable_size,
+)
 from translators.render.engine import pod_context
 from vkgate_core.imageregistry import credential_for, image_host
 
@@ -123,7 +120,6 @@ JSON = dict[str, Any]
 NS = 1_000_000_000
 MAX_ID = 128
 GROUP = "pod"
-ANNOTATION = "vkgate.io/nomad-"
 
 META_NODE = "vkgate.node"
 META_NAMESPACE = "k8s.namespace"
@@ -243,108 +239,6 @@ def ephemeral_disk_mb(containers: Iterable[ResolvedContainer]) -> int:
     return math.ceil(total / 2**20) if total else 0
 
 
-# --------------------------------------------------------------------------- ports
-
-
-def port_label(port: Mapping[str, Any], taken: set[str]) -> str:
-    """Port name sanitized to ``[A-Za-z0-9_]`` (else ``p<port>``), unique in the group."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", str(port.get("name") or ""))
-    label = name or f"p{port.get('containerPort')}"
-    unique, n = label, 2
-    while unique in taken:
-        unique, n = f"{label}_{n}", n + 1
-    taken.add(unique)
-    return unique
-
-
-def networks(
-    containers: Sequence[ResolvedContainer], *, mode: str = "host"
-) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """Group ``Networks`` and the port labels each task exposes (docs/design/nomad.md, "Pod
-    networking").
-
-    ``host``: the pod has the client's address, so each ``containerPort`` is reserved as the
-    same static port (``ReservedPorts {Value: containerPort, To: containerPort}``): Nomad then
-    places the pod only where that port is free, and ``podIP:containerPort`` answers.  A
-    ``hostPort`` other than its ``containerPort`` cannot be honoured (the pod has no address of
-    its own to put the container port on) and is refused, as Kubernetes refuses it for
-    ``hostNetwork`` pods.  No port: no network block (Nomad's default, host).
-
-    ``bridge`` / ``cni/<name>``: always one network of that mode, so the allocation gets its own
-    network namespace shared by the pod's containers (localhost between them) and its own
-    address; a ``containerPort`` needs nothing on the client.  A ``hostPort`` is a
-    ``ReservedPorts {Value: hostPort, To: containerPort}`` entry that Nomad maps from the
-    client's address into the allocation, as a kubelet's hostPort does.
-
-    A port number declared twice in one pod (e.g. 53/TCP and 53/UDP) is one reservation: Nomad
-    reserves numbers, not protocols.
-    """
-    own_network = mode != "host"
-    reserved: list[dict[str, Any]] = []
-    labels: dict[str, list[str]] = {}
-    by_value: dict[int, str] = {}
-    taken: set[str] = set()
-    for c in containers:
-        for i, p in enumerate(c.spec.get("ports", []) or []):
-            if not p.get("containerPort"):
-                continue
-            container_port = int(p["containerPort"])
-            host_port = int(p.get("hostPort") or 0)
-            if own_network and not host_port:
-                continue
-            if not own_network and host_port and host_port != container_port:
-                raise UnsupportedError(
-                    f"hostPort {host_port} differs from containerPort {container_port}: with "
-                    'backend.nomad.network_mode = "host" the pod has its client\'s address, so '
-                    "each containerPort is reserved there as the same port (set hostPort to "
-                    'the containerPort or leave it out, or use network_mode = "bridge")',
-                    reason="UnsupportedPodFeature",
-                    field=f"spec.containers[{c.name}].ports[{i}].hostPort",
-                )
-            value = host_port or container_port
-            label = by_value.get(value)
-            if label is None:
-                label = by_value[value] = port_label(p, taken)
-                reserved.append({"Label": label, "Value": value, "To": container_port})
-            if label not in labels.setdefault(c.name, []):
-                labels[c.name].append(label)
-    if not own_network and not reserved:
-        return [], labels
-    net: dict[str, Any] = {"Mode": mode}
-    if reserved:
-        net["ReservedPorts"] = reserved
-    return [net], labels
-
-
-def refuse_pod_ip_references(containers: Iterable[ResolvedContainer], *, mode: str) -> None:
-    """With an allocation address (``bridge``/``cni``) a ``status.podIP`` fieldRef cannot be
-    resolved: the address exists only once the client sets up the network, and Nomad has no task
-    variable for it (``literal.POD_IP_SENTINEL`` can only become the client's address).  The pod
-    is refused with the field named rather than given a wrong address."""
-    if mode == "host":
-        return
-    why = (
-        f"status.podIP is not known before Nomad places the pod with backend.nomad.network_mode"
-        f" = {mode!r} (the allocation's address is assigned on the client and Nomad has no task"
-        " variable for it)"
-    )
-    for c in containers:
-        for e in c.env:
-            if literal.POD_IP_SENTINEL in e.value:
-                raise UnsupportedError(
-                    f"{why}; env {e.name} refers to it",
-                    reason="UnsupportedPodFeature",
-                    field=f"spec.containers[{c.name}].env[{e.name}]",
-                )
-        for what, values in (("command", c.command), ("args", c.args)):
-            if any(literal.POD_IP_SENTINEL in v for v in values):
-                raise UnsupportedError(
-                    f"{why}; {what} refers to it",
-                    reason="UnsupportedPodFeature",
-                    field=f"spec.containers[{c.name}].{what}",
-                )
-
-
 # --------------------------------------------------------------------------- constraints
 
 
@@ -378,109 +272,6 @@ def constraints(node_selector: Mapping[str, str], *, node_class: str = "") -> li
 
 
 # --------------------------------------------------------------------------- volumes
-
-
-def variable_path(jid: str) -> str:
-    """The job's own Nomad Variable: its tasks may read it with their workload identity."""
-    return f"nomad/jobs/{jid}"
-
-
-#: Fixed delimiters of templates vkgate writes itself: the body is ours (variable path from the
-#: job ID, ``[A-Za-z0-9._-]`` only; item keys ``f<n>``/``e<n>``), never pod data.
-VAR_LEFT, VAR_RIGHT = "[[vkgate", "vkgate]]"
-
-
-#: Nomad refuses a Variable whose items encode to more than 64 KiB (1.6.3 answers 500; checked
-#: on the e2e cluster, docs/design/nomad.md "Variables").
-MAX_VARIABLE_BYTES = 64 * 1024
-
-
-def variable_size(items: Mapping[str, str]) -> int:
-    """The items' size as Nomad's Go JSON encodes them (``<``, ``>``, ``&`` as ``\\u003c``)."""
-    text = json.dumps(dict(items), ensure_ascii=False, separators=(",", ":"))
-    return len(text.encode()) + 5 * sum(text.count(ch) for ch in "<>&")
-
-
-class Variable:
-    """The items of a job's Nomad Variable (docs/design/secrets.md): every volume file and
-    every Secret env value of the pod, so none of them sits in the job spec."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.items: dict[str, str] = {}
-
-    def put(self, prefix: str, value: str) -> str:
-        key = f"{prefix}{sum(1 for k in self.items if k.startswith(prefix))}"
-        self.items[key] = value
-        return key
-
-    def read(self, expression: str) -> str:
-        """A template body that prints one item: the value is data, never template text."""
-        return (
-            f'{VAR_LEFT} with nomadVar "{self.path}" {VAR_RIGHT}'
-            f"{VAR_LEFT} {expression} {VAR_RIGHT}{VAR_LEFT} end {VAR_RIGHT}"
-        )
-
-
-def _template(var: Variable, content: bytes, mode: int, dest: str) -> dict[str, Any]:
-    """A file whose content is an item of the job's Variable (base64 when not UTF-8);
-    ``ChangeMode: noop``: a changed item rewrites the file without touching the task."""
-    try:
-        key = var.put("f", content.decode("utf-8"))
-        expression = "." + key
-    except UnicodeDecodeError:
-        import base64
-
-        key = var.put("f", base64.b64encode(content).decode())
-        expression = f"base64Decode .{key}.Value"
-    return {
-        "EmbeddedTmpl": var.read(expression),
-        "DestPath": dest,
-        "ChangeMode": "noop",
-        "Perms": f"{mode:04o}",
-        "LeftDelim": VAR_LEFT,
-        "RightDelim": VAR_RIGHT,
-    }
-
-
-#: Where a task's Secret env values are rendered (in-memory secrets dir, ``Envvars``).
-SECRET_ENV_FILE = "secrets/vkgate-secret.env"
-
-
-def secret_env_template(
-    var: Variable, env: Mapping[str, str], *, container: str
-) -> dict[str, Any] | None:
-    """An ``Envvars`` template of the Secret env values, each an item of the job's Variable
-    (quoted for go-envparse as ``literal.split_env`` quotes), so the values are not in
-    ``Env``.  ``ChangeMode: noop``: a changed Secret reaches the file, not the running process
-    (its env changes only with a restart, as on a kubelet)."""
-    if not env:
-        return None
-    ip = f'{VAR_LEFT} env "{literal.POD_IP_ATTR}" {VAR_RIGHT}'
-    lines = [f'{VAR_LEFT} with nomadVar "{var.path}" {VAR_RIGHT}']
-    for key, value in env.items():
-        if not literal.ENVFILE_KEY.fullmatch(key):
-            raise TranslationError(
-                f"env var {key!r} from a Secret: its value goes to a Nomad env file (so it is not"
-                " in the job spec), and Nomad env files only take names matching"
-                " [A-Za-z_][A-Za-z0-9_./]*",
-                field=f"spec.containers[{container}].env[{key}]",
-            )
-        parts = [
-            f"{VAR_LEFT} .{var.put('e', json.dumps(p, ensure_ascii=False)[1:-1])} {VAR_RIGHT}"
-            for p in value.split(literal.POD_IP_SENTINEL)
-        ]
-        lines.append(f'{key}="{ip.join(parts)}"\n')
-    lines.append(f"{VAR_LEFT} end {VAR_RIGHT}")
-    return {
-        "EmbeddedTmpl": "".join(lines),
-        "DestPath": SECRET_ENV_FILE,
-        "ChangeMode": "noop",
-        "Perms": "0600",
-        "Envvars": True,
-        "LeftDelim": VAR_LEFT,
-        "RightDelim": VAR_RIGHT,
-    }
 
 
 def volume_root(vol: ResolvedVolume) -> str:
@@ -520,7 +311,7 @@ def task_volumes(
                 dest = f"{root}/{f.path}"
                 if dest not in written:
                     written.add(dest)
-                    templates.append(_template(var, f.content, f.mode, dest))
+                    templates.append(file_template(var, f.content, f.mode, dest))
         src = f"{root}/{m.sub_path}" if m.sub_path else root
         binds.append(f"{src}:{m.mount_path}" + (":ro" if m.read_only else ""))
     return templates, binds
@@ -558,103 +349,6 @@ def restart_policy(
             no_reschedule,
         )
     raise TranslationError(f"unknown restartPolicy {policy!r}", field="spec.restartPolicy")
-
-
-def mapped_namespace(pod_namespace: str, cfg: NomadConfig) -> str | None:
-    """The Nomad namespace ``namespace_from_pod`` pins the pod to (None: not mapped).
-
-    Raises ``TranslationError`` (field ``metadata.namespace``) when the mapping names a
-    namespace outside the allow-list; a ``"table"`` value always passed that check at start-up.
-    """
-    if cfg.namespace_from_pod == "same":
-        mapped: str | None = pod_namespace
-    elif cfg.namespace_from_pod == "table":
-        mapped = cfg.namespace_map.get(pod_namespace)
-    else:
-        return None
-    if mapped is not None and mapped not in cfg.all_namespaces:
-        raise TranslationError(
-            f"Nomad namespace {mapped!r} (from the pod's namespace {pod_namespace!r}, "
-            f"backend.nomad.namespace_from_pod = {cfg.namespace_from_pod!r}) is not allowed "
-            f"(allowed: {', '.join(cfg.all_namespaces)}; add it to backend.nomad.namespaces)",
-            field="metadata.namespace",
-        )
-    return mapped
-
-
-def overrides(
-    annotations: Mapping[str, str], cfg: NomadConfig, *, pod_namespace: str = ""
-) -> dict[str, Any]:
-    """Per-pod ``vkgate.io/nomad-*`` annotations and the namespace mapping, validated against
-    the allow-lists.  Namespace: the mapping (``mapped_namespace``) pins a mapped pod, and its
-    annotation may only repeat that value; an unmapped pod's annotation picks any allowed
-    namespace; else ``namespace``."""
-    mapped = mapped_namespace(pod_namespace, cfg)
-    out: dict[str, Any] = {
-        "namespace": cfg.namespace if mapped is None else mapped,
-        "region": cfg.region,
-        "datacenters": list(cfg.datacenters),
-        "priority": cfg.priority,
-        "node_pool": cfg.node_pool,
-    }
-
-    def field(name: str) -> str:
-        return f"metadata.annotations[{ANNOTATION}{name}]"
-
-    if (v := annotations.get(ANNOTATION + "namespace")) is not None:
-        if mapped is not None and v != mapped:
-            raise TranslationError(
-                f"Nomad namespace {v!r} is not allowed: the pod's namespace {pod_namespace!r} "
-                f"maps to {mapped!r} (backend.nomad.namespace_from_pod = "
-                f"{cfg.namespace_from_pod!r}), and a mapped pod cannot pick another one",
-                field=field("namespace"),
-            )
-        if v not in cfg.all_namespaces:
-            raise TranslationError(
-                f"Nomad namespace {v!r} is not allowed (allowed: {', '.join(cfg.all_namespaces)};"
-                " add it to backend.nomad.namespaces)",
-                field=field("namespace"),
-            )
-        out["namespace"] = v
-    if (v := annotations.get(ANNOTATION + "region")) is not None:
-        if v not in cfg.all_regions:
-            raise TranslationError(
-                f"Nomad region {v!r} is not allowed (add it to backend.nomad.regions)",
-                field=field("region"),
-            )
-        out["region"] = v
-    if (v := annotations.get(ANNOTATION + "datacenters")) is not None:
-        dcs = [d.strip() for d in v.split(",") if d.strip()]
-        if not dcs:
-            raise TranslationError("expected a comma-separated list", field=field("datacenters"))
-        denied = [d for d in dcs if not cfg.datacenter_allowed(d)]
-        if denied:
-            raise TranslationError(
-                f"Nomad datacenters {', '.join(map(repr, denied))} are not allowed (allowed: "
-                f"{', '.join((*cfg.datacenters, *cfg.allowed_datacenters))}; add them to "
-                "backend.nomad.allowed_datacenters)",
-                field=field("datacenters"),
-            )
-        out["datacenters"] = dcs
-    if (v := annotations.get(ANNOTATION + "priority")) is not None:
-        if not v.strip().isdigit() or not 1 <= int(v) <= 100:
-            raise TranslationError(f"expected 1..100, got {v!r}", field=field("priority"))
-        if int(v) > cfg.pod_max_priority:
-            raise TranslationError(
-                f"Nomad priority {int(v)} is not allowed (at most {cfg.pod_max_priority}; "
-                "raise backend.nomad.max_priority)",
-                field=field("priority"),
-            )
-        out["priority"] = int(v)
-    if (v := annotations.get(ANNOTATION + "node-pool")) is not None:
-        if v.strip() not in cfg.all_node_pools:
-            raise TranslationError(
-                f"Nomad node pool {v.strip()!r} is not allowed (allowed: "
-                f"{', '.join(cfg.all_node_pools)}; add it to backend.nomad.node_pools)",
-                field=field("node-pool"),
-            )
-        out["node_pool"] = v.strip()
-    return out
 
 
 # --------------------------------------------------------------------------- context + render

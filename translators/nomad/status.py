@@ -181,42 +181,6 @@ def parse_time(value: Any) -> _dt.datetime | None:
     return timeparse.parse_time(text, naive="reject")
 
 
-def placement_text(evaluation: Mapping[str, Any]) -> str:
-    """One line from an evaluation's ``FailedTGAllocs`` in the words of ``nomad job status``."""
-    failed: Mapping[str, Mapping[str, Any]] = evaluation.get("FailedTGAllocs") or {}
-    parts: list[str] = []
-    for metric in failed.values():
-        if not metric.get("NodesEvaluated"):
-            parts.append("No nodes were eligible for evaluation")
-        for dc, available in sorted((metric.get("NodesAvailable") or {}).items()):
-            if available == 0:
-                parts.append(f'No nodes are available in datacenter "{dc}"')
-        for cls, num in sorted((metric.get("ClassFiltered") or {}).items()):
-            parts.append(f'Class "{cls}": {num} nodes excluded by filter')
-        for cs, num in sorted((metric.get("ConstraintFiltered") or {}).items()):
-            parts.append(f'Constraint "{cs}": {num} nodes excluded by filter')
-        if ne := metric.get("NodesExhausted"):
-            parts.append(f"Resources exhausted on {ne} nodes")
-        for cls, num in sorted((metric.get("ClassExhausted") or {}).items()):
-            parts.append(f'Class "{cls}" exhausted on {num} nodes')
-        for dim, num in sorted((metric.get("DimensionExhausted") or {}).items()):
-            parts.append(f'Dimension "{dim}" exhausted on {num} nodes')
-        for dim in metric.get("QuotaExhausted") or []:
-            parts.append(f'Quota limit hit "{dim}"')
-    if not parts and failed:
-        parts.append("no node could take the allocation")
-    return "; ".join(dict.fromkeys(parts))
-
-
-def placement_from(evaluations: Iterable[Mapping[str, Any]]) -> str:
-    """Placement failure text of the newest evaluation that has one ("" when none has)."""
-    for ev in sorted(evaluations, key=lambda e: int(e.get("CreateIndex") or 0), reverse=True):
-        text = placement_text(ev)
-        if text:
-            return text
-    return ""
-
-
 # --------------------------------------------------------------------------- containers
 
 

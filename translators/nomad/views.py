@@ -16,10 +16,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from translators.nomad.jobs import is_owned
-from translators.nomad.status import JobView, placement_text
+from translators.nomad.placements import placement_text
+from translators.nomad.status import JobView
 
 JSON = dict[str, Any]
 Key = tuple[str, str, str]  # (region, namespace, job id)
+#: Allocation client statuses that are final.
+TERMINAL = frozenset({"complete", "failed", "lost"})
 #: Fetches (and merges) the view of a job an event mentions: (job id, namespace, region).
 ViewFor = Callable[[str, str, str], Awaitable[JobView | None]]
 

@@ -43,7 +43,8 @@ from translators.nomad import capacity as cap
 from translators.nomad.config import NomadConfig
 from translators.nomad.events import EventStream
 from translators.nomad.logs import LogReader, LogTarget, decode_frames, frame_data
-from translators.nomad.status import JobView, placement_from, workload_state
+from translators.nomad.placements import placement_from
+from translators.nomad.status import JobView, workload_state
 from translators.nomad.views import JobBook
 
 pytestmark = pytest.mark.contract

@@ -14,8 +14,8 @@ import respx
 from nomad_fixtures import ADDRESS, MakeTranslator, captured
 
 from translators.nomad.capacity import HELD_FILTER
+from translators.nomad.nodes import HELD_MAX_AGE
 from translators.nomad.status import JobView
-from translators.nomad.translator import HELD_MAX_AGE
 
 pytestmark = pytest.mark.contract
 
@@ -136,7 +136,7 @@ async def test_capacity_is_what_other_jobs_leave_on_the_eligible_clients(
     table = {"index": 10}  # the allocation table's index (X-Nomad-Index of every list)
     t = await make_translator()
     clock = _Ticking()
-    t.clock = clock
+    t._nodes.clock = clock  # the clock of the other jobs' allocation list
     with respx.mock(base_url=ADDRESS) as nomad:
         nomad.get("/v1/nodes").mock(return_value=ok(nodes))
         jobs = nomad.get("/v1/jobs").mock(return_value=ok([job1]))
@@ -232,7 +232,7 @@ async def test_unreadable_allocations_leave_the_clients_whole(
             return ok([])
 
         nomad.get("/v1/allocations").mock(side_effect=allocations)
-        with caplog.at_level(logging.WARNING, logger="translators.nomad.translator"):
+        with caplog.at_level(logging.WARNING, logger="translators.nomad.nodes"):
             cap = await t.capacity()
     assert cap.cpu_millis == 2000
     assert "other jobs' allocations unreadable" in caplog.text

@@ -18,6 +18,7 @@ from nomad_fixtures import ADDRESS, MakeTranslator, Sleeps, captured
 from tests.fake_time import FakeTime
 from translators.base import Phase, Vanished, WorkloadState
 from translators.nomad.events import EventStream
+from translators.nomad.placements import blocked_placements
 from vkgate_core.clock import FakeClock
 
 pytestmark = pytest.mark.contract
@@ -655,7 +656,7 @@ async def test_the_reasons_of_many_unplaced_jobs_cost_one_request_per_namespace(
         route = nomad.get("/v1/evaluations", params={"status": "blocked"}).mock(
             return_value=httpx.Response(200, json=blocked)
         )
-        await t._placements([v for v in views if v is not None])
+        await blocked_placements(t.client, [v for v in views if v is not None])
     assert route.call_count == 1
     assert route.calls.last.request.url.params["namespace"] == "default"
     texts = [v.placement if v is not None else None for v in views]

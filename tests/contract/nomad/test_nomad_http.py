@@ -176,7 +176,7 @@ async def test_delete_purges_at_once_and_forgets_the_job_once_allocations_ended(
         await t.delete(ref, grace_seconds=30)
         assert [v.ref.uid for v in t.book.views.values()] == [ref.uid]  # still stopping
         assert variable.call_count == 0
-        await next(iter(t._purges.values()))
+        await next(iter(t._purges.pending.values()))
     requests = [c.request for c in purge.calls]
     assert [r.url.params.get("purge") for r in requests] == ["true"]
     assert not t.book.views  # ended: forgotten
@@ -207,7 +207,7 @@ async def test_a_purged_job_whose_allocations_cannot_be_read_is_not_finished_bli
         view.allocs = {}  # placed, but no event seen yet
         await t.delete(ref, grace_seconds=30)
         assert list(t.book.views.values()) == [view]  # not finished on an unread state
-        await next(iter(t._purges.values()))
+        await next(iter(t._purges.pending.values()))
     assert not t.book.views
 
 

@@ -136,7 +136,7 @@ async def test_the_final_delete_after_the_end_sends_nothing(
     await t._apply_events(stream_events(h, pod.uid), "")
     await t.delete(pod.ref, grace_seconds=0)  # ... and the final delete runs at once
     await settle()
-    assert not held(t, pod.uid) and not t._purges[next(iter(t._purges))].cancelled()
+    assert not held(t, pod.uid) and not t._purges.pending[next(iter(t._purges.pending))].cancelled()
     assert Counter(t.client.requests) == before
 
 
@@ -181,7 +181,7 @@ async def test_a_job_registered_elsewhere_still_has_its_variable_deleted(h: Noma
     pod = h.pod("web")
     await t.create(pod)
     h.fake.advance()
-    t._no_variable.clear()  # as after a restart
+    t._variables.no_variable.clear()  # as after a restart
     before = Counter(t.client.requests)
     await t.delete(pod.ref, grace_seconds=30)
     await settle()

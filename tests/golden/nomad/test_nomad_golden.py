@@ -36,7 +36,8 @@ from translators.base import TranslatorError
 from translators.nomad import NomadTranslator
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
-from translators.nomad.status import JobView, placement_from, workload_state
+from translators.nomad.placements import placement_from
+from translators.nomad.status import JobView, workload_state
 from translators.render.engine import Renderer
 from translators.render.pool import RenderPool
 

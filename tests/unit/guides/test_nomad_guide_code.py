@@ -174,7 +174,7 @@ def test_the_guides_annotation_table_is_what_the_nomad_backend_reads() -> None:
     for path in POD_CODE:
         for key, line in annotation_reads(path):
             read.setdefault(key, f"{path.relative_to(ROOT)}:{line}")
-    assert "vkgate.io/nomad-datacenters" in read, "the scan must find jobs.py's reads"
+    assert "vkgate.io/nomad-datacenters" in read, "the scan must find overrides.py's reads"
     missing = {k: where for k, where in read.items() if k not in documented}
     assert not missing, f"read by the code, not in the guide's annotation table: {missing}"
     unread = documented - set(read)

@@ -28,7 +28,8 @@ from translators.batch.status import workload_state as batch_state
 from translators.batch.translator import BatchTranslator
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import render_job
-from translators.nomad.status import JobView, placement_from
+from translators.nomad.placements import placement_from
+from translators.nomad.status import JobView
 from translators.nomad.status import workload_state as nomad_state
 from translators.nomad.translator import NomadTranslator
 from translators.render.engine import Renderer

@@ -25,9 +25,6 @@ from translators.base import (
 )
 from translators.nomad.config import NomadConfig
 from translators.nomad.jobs import (
-    VAR_LEFT,
-    VAR_RIGHT,
-    Variable,
     constraints,
     device_name,
     finish_job,
@@ -35,14 +32,15 @@ from translators.nomad.jobs import (
     job_id,
     mebibytes,
     mhz,
-    networks,
-    overrides,
     render_job,
     restart_policy,
     task_volumes,
 )
 from translators.nomad.literal import POD_IP_SENTINEL, delimiters
+from translators.nomad.network import networks
+from translators.nomad.overrides import overrides
 from translators.nomad.restarts import interval_for
+from translators.nomad.variables import VAR_LEFT, VAR_RIGHT, Variable
 from translators.render.engine import Renderer
 from vkgate_core.backoff import RESTART_BACKOFF
 
@@ -508,7 +506,8 @@ def test_settings_secrets_are_not_in_the_template_context() -> None:
 def test_a_variable_over_nomads_64_kib_is_refused_before_anything_is_written() -> None:
     """Nomad 1.6.3 answers a larger Variable with a bare 500 (a retryable error): the pod is
     refused instead, naming the limit."""
-    from translators.nomad.jobs import MAX_VARIABLE_BYTES, backend_info, variable_size
+    from translators.nomad.jobs import backend_info
+    from translators.nomad.variables import MAX_VARIABLE_BYTES, variable_size
 
     def big(content: bytes) -> ResolvedPod:
         c = ResolvedContainer(

@@ -11,7 +11,8 @@ import pytest
 
 from translators.base import ResolvedContainer, ResolvedPod, TranslationError
 from translators.nomad.config import NomadConfig
-from translators.nomad.jobs import mapped_namespace, overrides, render_job
+from translators.nomad.jobs import render_job
+from translators.nomad.overrides import mapped_namespace, overrides
 from translators.render.engine import Renderer
 from vkgate_core.settings import SettingsError
 

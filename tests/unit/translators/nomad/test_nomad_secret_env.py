@@ -1,4 +1,4 @@
-"""Secret env values as items of the job's Nomad Variable (translators/nomad/jobs.py
+"""Secret env values as items of the job's Nomad Variable (translators/nomad/variables.py
 ``secret_env_template``): quoted for go-envparse, the pod IP placeholder as the one live
 reference, names Nomad's env files cannot take refused with the field named."""
 
@@ -9,8 +9,8 @@ import json
 import pytest
 
 from translators.base import TranslationError
-from translators.nomad.jobs import Variable, secret_env_template
 from translators.nomad.literal import POD_IP_SENTINEL
+from translators.nomad.variables import Variable, secret_env_template
 
 
 def test_each_secret_value_is_an_item_quoted_for_the_env_file() -> None:

@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 from translators.base import Phase, PodRef
+from translators.nomad.placements import placement_from, placement_text
 from translators.nomad.status import (
     JobView,
     container_state,
     needs_address,
     parse_time,
-    placement_from,
-    placement_text,
     pod_ip,
     workload_state,
 )

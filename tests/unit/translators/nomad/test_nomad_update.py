@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from translators.nomad.translator import job_changes
+from translators.nomad.submit import job_changes
 
 
 def job(**task: Any) -> dict[str, Any]:
