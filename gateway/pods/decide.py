@@ -212,7 +212,7 @@ def _create(pod: Pod, memory: PodMemory, node: Node) -> Plan:
 
 def resolved(pod: Pod, res: Resolution, *, node: Node) -> Plan:
     """After ``Create``: the pod resolved to ``res``."""
-    steps: list[Step] = [Event(e.type, e.reason, e.message, e.field_path) for e in res.events]
+    steps: list[Step] = [*res.events]
     if res.unsupported:
         first = res.unsupported[0]
         steps += [Event("Warning", u.reason, u.message) for u in res.unsupported]

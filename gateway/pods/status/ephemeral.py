@@ -9,7 +9,7 @@ created — so a backend declares the ``ephemeralContainers`` pod feature only i
 (``translators.base.Features``), and for the others each ephemeral container gets:
 
 * a Warning Event ``UnsupportedPodFeature`` naming ``spec.ephemeralContainers[<name>]`` (once
-  per container; ``gateway.pods.sync``), and
+  per container; ``gateway.pods.decide``), and
 * an ``ephemeralContainerStatuses`` entry **terminated** with exit code 128 and the same reason
   and message — what a container runtime reports for a container it could not start
   (containerd's ``StartError``).  Terminated, not waiting: it will never run, and an ephemeral
