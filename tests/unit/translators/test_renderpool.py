@@ -141,24 +141,36 @@ def test_memory_past_the_worker_limit_is_a_translation_error(pool: RenderPool) -
     assert renderer.render_text("t/ok.j2", {"x": 2, "meta": {"name": "p"}}).startswith('{"a": 2')
 
 
+class CountingExecutor(ThreadPoolExecutor):
+    """The loop's default executor, counting what is handed to it."""
+
+    submitted = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
 def test_renders_waiting_for_a_worker_leave_the_default_executor_free(pool: RenderPool) -> None:
     """Six slow renders on two workers: the other four wait on the renderer's own threads,
     not on the event loop's default executor (DNS lookups and the agent's other blocking
-    calls run there)."""
-    renderer = Renderer(overlay=OVERLAY, pool=pool, limits=RenderLimits(timeout=0.3))
+    calls run there).  Checked by what reaches the default executor, not by a clock: only the
+    test's own call, which returns before any render has ended."""
+    renderer = Renderer(overlay=OVERLAY, pool=pool, limits=RenderLimits(timeout=1.0))
+    default = CountingExecutor(2)
 
-    async def main() -> tuple[float, list[Any]]:
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
+    async def main() -> tuple[list[bool], list[Any]]:
+        asyncio.get_running_loop().set_default_executor(default)
         renders = [renderer.arender("t/loop.j2", {}, schema="") for _ in range(6)]
         tasks = [asyncio.ensure_future(r) for r in renders]
         await asyncio.sleep(0.05)
-        started = time.monotonic()
         await asyncio.to_thread(lambda: None)
-        waited = time.monotonic() - started
-        return waited, await asyncio.gather(*tasks, return_exceptions=True)
+        ended_before = [t.done() for t in tasks]
+        return ended_before, await asyncio.gather(*tasks, return_exceptions=True)
 
-    waited, results = asyncio.run(main())
-    assert waited < 0.2
+    ended_before, results = asyncio.run(main())
+    assert default.submitted == 1
+    assert ended_before == [False] * 6
     assert all(isinstance(r, TranslationError) and "time limit" in str(r) for r in results)
     renderer.close()
 
