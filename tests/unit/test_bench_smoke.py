@@ -269,6 +269,8 @@ def test_the_probed_pods_bench_reports_cost_and_latency_against_its_targets() ->
 async def test_event_queue_bench_runs_on_a_tiny_count() -> None:
     from bench import event_queue
 
-    r = await event_queue.measure(5)
-    assert r["queued"] == 20 and r["dropped"] == 0
+    # 25 pods, not 5: tracemalloc counts what other threads of the test process allocate
+    # meanwhile, and over 20 Events a few KB of that passed the bound once (a mixed run)
+    r = await event_queue.measure(25)
+    assert r["queued"] == 100 and r["dropped"] == 0
     assert 0 < r["bytes_per_event"] < 2000  # a reference, not a pod (about 3 KB each)
