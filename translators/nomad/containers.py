@@ -76,6 +76,18 @@ class Containers:
             )
         return view, alloc
 
+    async def running_alloc(self, ref: PodRef, container: str, *, to: str) -> tuple[JobView, JSON]:
+        """``current_alloc``, refused with ``ContainerNotRunning`` unless the allocation runs
+        (what the kubelet answers for exec, restart or kill of a stopped container)."""
+        view, alloc = await self.current_alloc(ref, container)
+        if alloc.get("ClientStatus") != "running":
+            raise BackendRejected(
+                f"cannot {to} a container that is not running (pod {ref.key}, "
+                f"allocation {alloc.get('ClientStatus')})",
+                reason="ContainerNotRunning",
+            )
+        return view, alloc
+
     async def record_run_ends(self, views: Sequence[JobView]) -> None:
         """Note where each run that just ended stops in its log files (``runs.py``), in the
         background: a status change is never held up by the extra call.  Not for a stopped
@@ -179,13 +191,7 @@ class Containers:
     async def exec(
         self, ref: PodRef, container: str, command: Sequence[str], *, tty: bool, stdin: bool
     ) -> NomadExecSession:
-        view, alloc = await self.current_alloc(ref, container)
-        if alloc.get("ClientStatus") != "running":
-            raise BackendRejected(
-                f"cannot exec in a container that is not running (pod {ref.key}, "
-                f"allocation {alloc.get('ClientStatus')})",
-                reason="ContainerNotRunning",
-            )
+        view, alloc = await self.running_alloc(ref, container, to="exec in")
         session = await NomadExecSession.open(
             self.client,
             alloc_id=str(alloc["ID"]),
@@ -205,13 +211,7 @@ class Containers:
         """``POST /v1/client/allocation/:id/restart`` with the task; Nomad kills the task (its
         kill timeout) and starts it again, counting the restart in the task's ``Restarts``
         (restartCount) without its restart policy's delay."""
-        view, alloc = await self.current_alloc(ref, container)
-        if alloc.get("ClientStatus") != "running":
-            raise BackendRejected(
-                f"cannot restart a container that is not running (pod {ref.key}, "
-                f"allocation {alloc.get('ClientStatus')})",
-                reason="ContainerNotRunning",
-            )
+        view, alloc = await self.running_alloc(ref, container, to="restart")
         await self.client.call(
             "POST",
             f"/client/allocation/{alloc['ID']}/restart",
@@ -224,13 +224,7 @@ class Containers:
         """``POST /v1/client/allocation/:id/signal`` SIGTERM to the task, SIGKILL after
         ``grace_seconds`` if it still runs (in the background).  The task's restart policy
         then decides — a ``restartPolicy: Never`` pod's (``Attempts: 0``) keeps it dead."""
-        view, alloc = await self.current_alloc(ref, container)
-        if alloc.get("ClientStatus") != "running":
-            raise BackendRejected(
-                f"cannot kill a container that is not running (pod {ref.key}, "
-                f"allocation {alloc.get('ClientStatus')})",
-                reason="ContainerNotRunning",
-            )
+        view, alloc = await self.running_alloc(ref, container, to="kill")
         alloc_id, ns, region = str(alloc["ID"]), view.namespace, view.region
         await self.client.call(
             "POST",
