@@ -81,6 +81,7 @@ from translators.base import (
     UnsupportedError,
     WorkloadState,
 )
+from translators.render.masking import masked_errors
 from vkgate_core.clock import Clock
 from vkgate_core.kubetypes import Pod
 from vkgate_core.quantity import QuantityError
@@ -294,7 +295,8 @@ class PodActor:
         assert res is not None and res.pod is not None
         generation = self.translation.generation
         try:
-            state = await self.translator.create(res.pod)
+            with masked_errors(res.pod):  # an error may quote the rendered spec
+                state = await self.translator.create(res.pod)
         except (TranslationError, QuantityError) as exc:
             message = f"template {exc}"
             verdict = self.translation.failed(
@@ -329,7 +331,8 @@ class PodActor:
         assert run.observed is not None and run.resolution is not None
         assert run.resolution.pod is not None
         try:
-            in_place = bool(await self.translator.update(run.resolution.pod, run.observed))
+            with masked_errors(run.resolution.pod):
+                in_place = bool(await self.translator.update(run.resolution.pod, run.observed))
         except BackendError as exc:
             await self._run(run, dc.update_failed(str(exc), node=self.node))
             raise

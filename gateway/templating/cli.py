@@ -5,9 +5,12 @@ Both work offline (no cluster, no backend): the pod comes from a YAML file and i
 
 ``vkgate render POD.yaml [--backend B] [--team T] [--template NAME] [--explain]
 [--show-secrets] [-c vkgate.toml]`` prints the backend request body exactly as ``create`` would
-send it (indented JSON on stdout; secrets masked as ``*****`` unless ``--show-secrets``) — for
+send it (indented JSON on stdout) — for
 Nomad the job body plus, under ``"Variable"``, the Nomad Variable written before it, which holds
-the pod's files and Secret env values (docs/design/secrets.md).
+the pod's files and Secret env values (docs/design/secrets.md).  Unless ``--show-secrets``,
+everything it prints (the spec, errors, ``--explain``) has every encoding of every secret value
+masked as ``*****`` (``translators.render.masking``: raw, JSON-, HCL-, YAML- and shell-escaped,
+``repr``, base64): the pod's and every value of the file's Secret documents.
 ``--explain`` writes the lookup trace (team, annotation, team template, default, source file),
 resolution notes and the pod fields the spec does not carry (probes and lifecycle hooks: run by
 vkgate, ignored by the node or refused, gateway.pods.resolve.features.not_carried) to stderr, so stdout
@@ -28,7 +31,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -46,7 +49,8 @@ from gateway.templating.offline import (
 from translators import plugins
 from translators import securitycontext as scmod
 from translators.base import Features, TranslationError, TranslatorError, UnsupportedError
-from translators.render.engine import Renderer, mask_secrets
+from translators.render.engine import Renderer
+from translators.render.masking import Masker
 from vkgate_core.settings import SettingsError
 
 
@@ -142,11 +146,19 @@ def render_main(
         can_exec=spec_renderer.can_exec,
         ignore_pod_fields=settings.node.ignore_pod_fields,
     )
+    # Everything printed from here on, stdout and stderr, goes through one mask: the pod's
+    # secrets and every value of the file's Secrets, in every encoding (docs/design/secrets.md).
+    masker = (
+        Masker(()) if args.show_secrets else Masker.of(resolved.pod, extra=inputs.secret_values())
+    )
+
+    def say(message: str) -> None:
+        print(masker.text(message), file=err)
 
     def explain(choice: Any) -> None:
         if args.explain:
             _print_explain(
-                err,
+                say,
                 source=inputs.source,
                 backend=backend,
                 sr=spec_renderer,
@@ -159,21 +171,20 @@ def render_main(
     if resolved.pod is None:
         explain(None)
         for error in resolved.errors:
-            print(f"vkgate render: the agent would not start this pod: {error}", file=err)
+            say(f"vkgate render: the agent would not start this pod: {error}")
         return 1
     pod = resolved.pod
     try:
         spec, choice = render_pod(spec_renderer, pod, override=args.template or "")
     except (TranslationError, UnsupportedError) as exc:
         explain(None)
-        print(f"vkgate render: {_describe_error(exc)}", file=err)
+        say(f"vkgate render: {_describe_error(exc)}")
         return 1
     except TranslatorError as exc:
-        print(f"vkgate render: {type(exc).__name__}: {exc}", file=err)
+        say(f"vkgate render: {type(exc).__name__}: {exc}")
         return 1
     explain(choice)
-    if not args.show_secrets:
-        spec = mask_secrets(spec, pod)
+    spec = masker.spec(spec)
     try:
         json.dump(spec, out, indent=2, ensure_ascii=False)
         out.write("\n")
@@ -190,7 +201,7 @@ def _describe_error(exc: TranslatorError) -> str:
 
 
 def _print_explain(
-    err: TextIO,
+    say: Callable[[str], None],
     *,
     source: str,
     backend: str,
@@ -217,7 +228,7 @@ def _print_explain(
         lines.append(f"pod fields the {backend} spec does not carry:")
         lines.extend(f"  {where}: {fate}" for where, fate in carried)
     for line in lines:
-        print(f"# {line}", file=err)
+        say(f"# {line}")
 
 
 def _security_lines(pod: Mapping[str, Any], features: Features, *, backend: str) -> list[str]:

@@ -85,6 +85,18 @@ class Inputs:
     namespace: dict[str, Any] | None = None
     source: str = ""
 
+    def secret_values(self) -> list[bytes]:
+        """Every value of the file's Secret documents (what ``vkgate render`` masks besides
+        the resolved pod's secrets: an error may name a value the pod never got)."""
+        values: list[bytes] = []
+        for secret in self.secrets.values():
+            for raw in (secret.get("data") or {}).values():
+                try:
+                    values.append(base64.b64decode(str(raw)))
+                except ValueError:
+                    values.append(str(raw).encode())
+        return [v for v in values if v]
+
 
 def parse_inputs(text: str, *, source: str = "") -> Inputs:
     """The first Pod document of ``text`` plus the ConfigMaps/Secrets/Services/Namespace beside

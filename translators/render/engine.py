@@ -65,6 +65,7 @@ from translators.base import (
 )
 from translators.render import schemas
 from translators.render.filters import FILTERS
+from translators.render.masking import mask_secrets
 from translators.render.output import parse_output
 from translators.render.pool import RemoteEnv, RenderPool, map_line
 from translators.render.sandbox import LimitedSandbox, LimitExceeded, RenderLimits, run_limited
@@ -631,52 +632,6 @@ def _template_location(tb: TracebackType | None) -> tuple[str, int | None]:
             name, line = g["name"], map_line(str(g["debug_info"]), tb.tb_lineno)
         tb = tb.tb_next
     return name, line
-
-
-# --------------------------------------------------------------------------- secrets
-
-
-def secret_values(pod: ResolvedPod) -> list[str]:
-    """Every secret value a spec for ``pod`` may contain (env values and secret file
-    contents, as text and base64, registry passwords from imagePullSecrets), longest first."""
-    values: set[str] = set()
-    for c in (*pod.containers, *pod.init_containers):
-        values.update(e.value for e in c.env if e.secret and e.value)
-    for v in pod.volumes:
-        for f in v.files:
-            if f.secret and f.content:
-                values.add(f.content.decode("utf-8", errors="replace"))
-                values.add(base64.b64encode(f.content).decode())
-    values.update(c.password for c in pod.registry_credentials if c.password)
-    return sorted(values, key=len, reverse=True)
-
-
-MASK = "*****"
-
-
-def mask_secrets(spec: Any, pod: ResolvedPod, *, mask: str = MASK) -> Any:
-    """A copy of ``spec`` with every secret value of ``pod`` replaced by ``mask`` — whole
-    strings always, substrings when the secret has at least 4 characters (shorter ones would
-    mask unrelated text)."""
-    values = secret_values(pod)
-    if not values:
-        return spec
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        if isinstance(node, str):
-            if node in values:
-                return mask
-            for secret in values:
-                if len(secret) >= 4 and secret in node:
-                    node = node.replace(secret, mask)
-            return node
-        return node
-
-    return walk(spec)
 
 
 # --------------------------------------------------------------------------- context

@@ -95,8 +95,10 @@ def _load_json(template: str, text: str) -> Any:
     except json.JSONDecodeError as exc:
         lines = text.splitlines()
         bad = lines[exc.lineno - 1].strip() if 0 < exc.lineno <= len(lines) else ""
+        if len(bad) > 120:  # a cut ends with "…": translators/render/masking.py masks there
+            bad = bad[:119] + "…"
         raise TranslationError(
-            f"output is not valid JSON: {exc.msg} at output line {exc.lineno}: {bad[:120]!r}",
+            f"output is not valid JSON: {exc.msg} at output line {exc.lineno}: {bad!r}",
             template=template,
         ) from exc
 
