@@ -232,7 +232,7 @@ class Masker:
 
     def spec(self, node: Any) -> Any:
         """A copy of ``node`` (JSON: dicts, lists, scalars) with every string masked, keys
-        too; two keys that mask alike stay apart (``*****``, ``*****#2``)."""
+        too; two keys that mask alike stay apart (``*****``, ``*****~2``)."""
         if not self._whole:
             return node
         if isinstance(node, dict):
@@ -242,7 +242,7 @@ class Masker:
                 n = 1
                 while key in out:
                     n += 1
-                    key = f"{self.text(k)}#{n}"
+                    key = f"{self.text(k)}~{n}"
                 out[key] = self.spec(v)
             return out
         if isinstance(node, list):

@@ -128,7 +128,7 @@ def test_keys_are_masked_and_stay_apart() -> None:
     m = Masker(["secret-one", "secret-two"])
     assert m.spec({"secret-one": 1, "secret-two": 2, "k": ["secret-one"]}) == {
         MASK: 1,
-        f"{MASK}#2": 2,
+        f"{MASK}~2": 2,
         "k": [MASK],
     }
 
