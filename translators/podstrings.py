@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-from translators.base import UnsupportedError
+from translators.base import ResolvedContainer, UnsupportedError
 
 REASON = "UnsupportedPodFeature"
 IMAGE_REASON = "InvalidImageName"
@@ -64,6 +64,13 @@ class PodStringError(UnsupportedError):
 
 def _refuse(field: str, value: str, why: str, *, reason: str = REASON) -> PodStringError:
     return PodStringError(field, value, why, reason=reason)
+
+
+def container_field(c: ResolvedContainer) -> str:
+    """The pod field of ``c``: ``spec.containers[<name>]`` or ``spec.initContainers[<name>]``
+    (sidecars are init containers)."""
+    group = "containers" if c.role == "main" else "initContainers"
+    return f"spec.{group}[{c.name}]"
 
 
 def _printable(value: str, field: str) -> None:

@@ -82,6 +82,7 @@ from translators.batch.capacity import PoolInfo, vm_size
 from translators.batch.runoptions import RunOptions
 from translators.batch.settings import BatchSettings
 from translators.podstrings import (
+    container_field,
     dns_label,
     env_name,
     image_ref,
@@ -293,7 +294,7 @@ class TaskBuilder:
                         f"container {c.name!r} takes {leaked} from Secrets; Batch task environment "
                         f"is readable by anyone who can read the task and secret_env = 'reject'",
                         reason="SecretEnvNotAllowed",
-                        field=f"{_where(c)}.env",
+                        field=f"{container_field(c)}.env",
                     )
                 for i, m in enumerate(c.mounts):
                     vol = volumes.get(m.volume)
@@ -306,7 +307,7 @@ class TaskBuilder:
                             f"environmentSettings, readable by anyone who can read the task, "
                             f"and secret_env = 'reject' ([backend.batch])",
                             reason="SecretFileNotAllowed",
-                            field=f"{_where(c)}.volumeMounts[{i}]",
+                            field=f"{container_field(c)}.volumeMounts[{i}]",
                         )
         for v in pod.volumes:
             if v.kind not in VOLUME_KINDS:
@@ -340,7 +341,7 @@ class TaskBuilder:
         spec: Mapping[str, Any],
     ) -> JSON:
         s = self.settings
-        where = _where(c)
+        where = container_field(c)
         run_opts = RunOptions()
         env = [{"name": e.name, "value": e.value} for e in c.env]
         volumes = {v.name: v for v in pod.volumes}
@@ -505,12 +506,6 @@ class TaskBuilder:
         return result
 
 
-def _where(c: ResolvedContainer) -> str:
-    """The pod field of container ``c`` (``spec.containers[name]`` / ``spec.initContainers[…]``)."""
-    group = "containers" if c.role == "main" else "initContainers"
-    return f"spec.{group}[{c.name}]"
-
-
 def _written(vol: ResolvedVolume, m: VolumeMount) -> list[VolumeFile]:
     """The files of ``vol`` that mount ``m`` places (one with a subPath)."""
     return [f for f in vol.files if not m.sub_path or f.path == m.sub_path]
@@ -519,7 +514,7 @@ def _written(vol: ResolvedVolume, m: VolumeMount) -> list[VolumeFile]:
 def _check_strings(c: ResolvedContainer) -> None:
     """The pod strings of ``c`` that Batch parses again (translators/podstrings.py); the ones
     written into containerRunOptions are checked as they are added (``RunOptions``)."""
-    where = _where(c)
+    where = container_field(c)
     dns_label(c.name, field=f"{where}.name")
     image_ref(c.image, field=f"{where}.image")
     for e in c.env:

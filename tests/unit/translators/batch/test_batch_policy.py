@@ -400,6 +400,7 @@ def test_secret_env_reject_refuses_a_template_that_copies_a_secret_into_the_task
         "environment",
     )
     (task,) = builder(overlay).build(p, template=TEAM)  # allow: as the operator chose
+    assert task["environmentSettings"][-1]["name"] == "PW"
     with pytest.raises(PolicyRefused) as err:
         builder(overlay, secret_env="reject").build(p, template=TEAM)
     assert err.value.field == "environmentSettings[0].value"
