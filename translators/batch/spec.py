@@ -21,7 +21,13 @@ Mapping decisions (see also docs/design/batch.md, "Pod to task mapping"):
   to ``/bin/sh -c``, each argv element arrives intact and ``;``/``$()`` are never interpreted.
 * **Env.**  ``environmentSettings`` in declaration order.  Batch has no secure variant for task
   environment settings, so secret values are readable by whoever can read the task; operators who
-  cannot accept that set ``secret_env = "reject"``.
+  cannot accept that set ``secret_env = "reject"``, which also refuses mounts carrying Secret data
+  (Secret, projected, service-account token files: they would travel base64 in the same place).
+* **Pod strings in options.**  ``containerRunOptions`` is built from vkgate's own options, each
+  value one plain word (``translators.batch.runoptions``); the pod strings Batch or docker read
+  again (mount paths, subPaths, ``workingDir``, ``command[0]``, the image, container and env
+  names) are checked first and the pod refused naming the field (``translators.podstrings``).
+  After rendering, ``translators.batch.policy`` holds the template to the node's policy.
 * **restartPolicy.**  Never → ``maxTaskRetryCount`` 0; OnFailure → ``on_failure_retries``;
   Always → best effort: -1 (unlimited retries on failure; a clean exit completes the task, so the
   pod ends Succeeded — Batch cannot restart a successful task) or ``always = "reject"``.

@@ -247,3 +247,19 @@ def test_env_var_objects_keep_their_secret_flag() -> None:
     test helper the cases above use)."""
     (c,) = _secret_env_pod().containers
     assert c.env == (EnvVar("PW", "hunter2-secret", secret=True),)
+
+
+def test_templates_check_fails_a_template_the_policy_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy refusal is the template's failure, not a pod the backend cannot run: `vkgate
+    templates check` (and the ConfigMap source, which runs the same check) fails it."""
+    monkeypatch.delenv("VKGATE_CONFIG", raising=False)
+    (tmp_path / "teams" / "ml" / "zun").mkdir(parents=True)
+    (tmp_path / "teams" / "ml" / "zun" / "container.j2").write_text(
+        team('"privileged": true,')[TEAM]
+    )
+    code = cli.main(["templates", "check", str(tmp_path), "--backend", "zun"])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert "FAIL teams/ml/zun/container.j2 [plain]: template teams/ml/zun/container.j2:" in out
