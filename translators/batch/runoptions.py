@@ -22,10 +22,11 @@ The node's ``container_run_options`` (the operator's own text) follow, unchecked
 
 After rendering, ``check`` holds a template to the same: the rendered string must keep the
 node's options at its end, and before them hold only plain words forming options of ``OPTIONS``
-(resource options only as vkgate computed them: a template cannot hand a pod GPUs it did not
-ask for) or options the node names in ``template_run_options`` (written ``--name=value`` or as a
-flag: a bare word after them would be read as the image).  Anything else is a
-``PolicyRefused`` naming the template, the option and the setting.
+or options the node names in ``template_run_options`` (written ``--name=value`` or as a flag: a
+bare word after them would be read as the image).  Resource options appear exactly as vkgate
+computed them from the pod's limits: a template can neither hand a pod GPUs it did not ask for
+nor drop its memory limit.  Anything else is a ``PolicyRefused`` naming the template, the option
+and the setting.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def check(
             )
     own = _pairs(computed_own(computed, node_options))
     i = 0
+    seen: set[tuple[str, str]] = set()
     while i < len(words):
         word = words[i]
         if not word.startswith("-"):
@@ -159,11 +161,15 @@ def check(
             i += 1
         if name in RESOURCE_OPTIONS and (name, value) not in own:
             raise refuse(f"{name} {value}: vkgate sets {name} only from the pod's limits")
+        seen.add((name, value))
         try:
             OPTIONS[name](value, FIELD)
         except PodStringError as exc:
             raise refuse(f"{name} {value!r}: {exc.why}", SETTING_NODE) from None
         i += 1
+    dropped = [f"{n} {v}" for n, v in own if n in RESOURCE_OPTIONS and (n, v) not in seen]
+    if dropped:
+        raise refuse(f"drops the pod's limits ({', '.join(dropped)})", SETTING_NODE)
 
 
 def computed_own(computed: str, node_options: str) -> str:

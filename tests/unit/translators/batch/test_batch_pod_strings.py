@@ -191,8 +191,8 @@ def args(v: str) -> None:
 def env_name(v: str) -> None:
     c = dataclasses.replace(APP, env=(EnvVar(v, "value"),))
     task = _build_or_refused(_pod(c), f"{WHERE}.env[{v}]")
-    if task is not None:
-        assert task["environmentSettings"] == [{"name": v, "value": "value"}]
+    if task is not None:  # NAME=value is how a container runtime takes it: no "=" in a name
+        assert task["environmentSettings"] == [{"name": v, "value": "value"}] and "=" not in v
 
 
 def env_value(v: str) -> None:

@@ -247,6 +247,16 @@ def test_options_the_node_names_may_be_added_and_vkgates_own_may_be_repeated() -
         builder(_with_options(expr), template_run_options=["--init"]).build(pod(), template=TEAM)
 
 
+def test_a_template_cannot_drop_the_pods_limits() -> None:
+    limited = app(spec={"resources": {"limits": {"cpu": "2", "memory": "1Gi"}}})
+    (task,) = builder().build(pod(limited))
+    assert options(task) == ["--cpus", "2", "--memory", str(2**30)]
+    with pytest.raises(PolicyRefused) as err:
+        builder(_with_options('"--cpus 2"')).build(pod(limited), template=TEAM)
+    assert f"drops the pod's limits (--memory {2**30})" in str(err.value)
+    builder(_with_options('"--memory=1073741824 --cpus 2"')).build(pod(limited), template=TEAM)
+
+
 def test_the_nodes_own_options_must_stay_at_the_end() -> None:
     node = "--read-only --security-opt no-new-privileges"
     (task,) = builder(container_run_options=node).build(pod(app(command=("sh",))))
