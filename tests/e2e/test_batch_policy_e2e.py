@@ -2,8 +2,8 @@
 real kube-apiserver, the real ``vkgate run`` and the stateful fake Batch service
 (tests/contract/batch), as in tests/e2e/test_batch_e2e.py.
 
-* an emptyDir ``mountPath: "/:/host"`` (issue 37 row 1: it rendered as ``--volume /:/host``)
-  leaves the pod Failed naming the field, and no task reaches the service;
+* an emptyDir ``mountPath: "/:/host"`` (it used to render as ``--volume /:/host``) leaves
+  the pod Failed naming the field, and no task reaches the service;
 * a team template that adds ``--privileged`` to ``containerRunOptions`` leaves the pod Failed
   with reason ``PolicyRefused`` naming the template, the field and the setting; with the option
   named in ``template_run_options`` the same template runs.

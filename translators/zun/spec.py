@@ -18,6 +18,11 @@ imagePullSecrets: a standalone container whose image matches one of the pod's cr
 gets ``registry`` = the uuid of a vkgate-owned Zun registry object holding that login (made by
 ``translators.zun.registries``; ``backend_info.registry``).  Offline rendering (no I/O) shows
 the object's deterministic name instead, which Zun accepts as well.  Capsules cannot carry one.
+
+Before rendering, ``check_pod`` refuses what Zun cannot carry as the pod asks (pod strings Zun
+or docker read again; Secret env values with ``secret_env = "reject"``, the default); after
+rendering, ``translators.zun.policy`` holds the template to the node's policy (docs/backends/zun.md,
+"Security: Secrets and templates").  Both run for ``build`` and ``render`` alike.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pod strings never become docker options, and the node's policy holds on the rendered task.
 
-Issue row 1: an emptyDir ``mountPath: "/:/host"`` rendered as ``containerRunOptions:
+An emptyDir ``mountPath: "/:/host"`` used to render as ``containerRunOptions:
 "--volume /:/host --entrypoint sh"`` — the pool node's root filesystem inside the container.
 Now every pod string that reaches ``containerRunOptions`` is checked (translators/podstrings.py)
 and a template is held to vkgate's own options, identity and sources
@@ -369,7 +369,7 @@ def test_a_template_image_name_must_stay_an_image_reference() -> None:
     assert err.value.field == "containerSettings.imageName"
 
 
-# -- issue row 9 (Batch): secret_env = "reject" covers files too --------------------------
+# -- secret_env = "reject" covers files too --------------------------
 
 
 def _mounted(kind: str, *, secret: bool, name: str = "v") -> ResolvedPod:

@@ -1,4 +1,4 @@
-"""The node's policy on the rendered Zun body, and Secrets Zun cannot keep (issue rows 9, 1-2).
+"""The node's policy on the rendered Zun body, and Secrets Zun cannot keep.
 
 A team template may customize a block; it may not make the container privileged, pick its
 compute host or runtime, let Zun auto-remove it, or change its hostname or security groups,
