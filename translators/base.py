@@ -22,6 +22,8 @@ Error tree (every backend maps its HTTP/SDK errors into it in exactly one functi
     │   └── BackendRejected(reason)        400/422: the spec is invalid (not retryable)
     ├── TranslationError(template, line, field)   a template or schema error (not retryable)
     └── UnsupportedError(reason, field)            the pod asks for something this backend lacks
+        └── PolicyRefused(template, field, setting)  the rendered object asks for what the
+                                                     node's operator did not allow
 """
 
 from __future__ import annotations
@@ -149,6 +151,32 @@ class UnsupportedError(TranslatorError):
         super().__init__(message)
         self.reason = reason
         self.field = field
+
+
+class PolicyRefused(UnsupportedError):
+    """The rendered object asks for what the node's operator did not allow: ``template``
+    (``teams/<team>/…`` names the team) set ``field`` of the backend object, and ``setting`` is
+    the node setting that would allow it.  Raised by a backend's policy step after rendering
+    (docs/architecture.md, "Render, then admit"), the same for the agent and ``vkgate render``;
+    the pod fails with ``reason`` like any ``UnsupportedError``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        template: str,
+        field: str,
+        setting: str,
+        reason: str = "PolicyRefused",
+    ) -> None:
+        super().__init__(
+            f"template {template}: {field}: {message} (node setting {setting})",
+            reason=reason,
+            field=field,
+        )
+        self.template = template
+        self.setting = setting
+        self.detail = message
 
 
 # --------------------------------------------------------------------------- data in

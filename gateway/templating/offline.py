@@ -453,7 +453,7 @@ def check_templates(
 ) -> list[CheckResult]:
     """Render every entry template (of ``names``, default all) for ``backends`` against every
     sample; also compile every non-entry template so a broken partial is reported."""
-    from translators.base import TranslationError, UnsupportedError
+    from translators.base import PolicyRefused, TranslationError, UnsupportedError
     from translators.render.engine import backend_of, is_entry_template
 
     results: list[CheckResult] = []
@@ -497,6 +497,8 @@ def check_templates(
             try:
                 with renderer.unrestricted():
                     sr.render(pod)
+            except PolicyRefused as exc:  # the template asks for what the node forbids
+                results.append(CheckResult(name, sample.name, "failed", str(exc)))
             except UnsupportedError as exc:
                 results.append(CheckResult(name, sample.name, "unsupported", str(exc)))
             except TranslationError as exc:

@@ -20,7 +20,7 @@ import binascii
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,16 @@ ENV_ACCOUNT = "AZURE_BATCH_ACCOUNT"
 ENV_KEY = "AZURE_BATCH_ACCESS_KEY"
 ENV_ENDPOINT = "AZURE_BATCH_ENDPOINT"
 
+#: Task fields a template may set only when ``template_keys`` names them
+#: (translators/batch/policy.py).
+TEMPLATE_KEYS = (
+    "userIdentity",
+    "resourceFiles",
+    "authenticationTokenSettings",
+    "containerHostBatchBindMounts",
+    "identityReference",
+)
+_OPTION = re.compile(r"--[a-z0-9][a-z0-9-]*")
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,16}")
 _SECRETISH = re.compile(r"(key|password|secret|token|credential)", re.IGNORECASE)
@@ -83,7 +93,13 @@ class BatchSettings:
     resource_limits: str = "auto"
     """``auto`` (docker --cpus/--memory on dockerCompatible pools), ``always`` or ``never``."""
     container_run_options: str = ""
-    """Appended to every task's containerRunOptions."""
+    """Appended to every task's containerRunOptions (the operator's own text, not checked)."""
+    template_run_options: tuple[str, ...] = ()
+    """docker options a task template may add to containerRunOptions besides vkgate's own
+    (``--shm-size``, …; written ``--name=value`` or as a flag); default none."""
+    template_keys: tuple[str, ...] = ()
+    """Task fields a template may set beyond what vkgate builds (``TEMPLATE_KEYS``); default
+    none."""
     working_directory: str = "containerImageDefault"
     elevation: str = ""
     """``admin`` or ``nonadmin`` to set userIdentity.autoUser; empty: the pool default."""
@@ -94,8 +110,9 @@ class BatchSettings:
     """ConfigMap/Secret volumes: ``shell`` (written by a /bin/sh wrapper from env) or ``reject``."""
     max_file_volume_bytes: int = 65536
     secret_env: str = "allow"
-    """Secret-sourced env: ``allow`` (plain environmentSettings; Batch has no secure task env)
-    or ``reject``."""
+    """Secret values: ``allow`` (env and Secret/projected/service-account-token files travel in
+    plain environmentSettings; Batch has no secure task env) or ``reject`` (such pods are
+    refused, and so is a template that places a Secret value in the task)."""
     vm_sizes: Mapping[str, VmSize] = field(default_factory=dict)
     """Extra / overriding VM sizes (lower-case name → cores, memory, gpus)."""
     capacity: Mapping[str, str] = field(default_factory=dict)
@@ -160,6 +177,16 @@ def _int(table: Mapping[str, Any], key: str, default: int, *, minimum: int = 0) 
 def _choice(table: Mapping[str, Any], key: str, default: str, choices: tuple[str, ...]) -> str:
     value = table.get(key, default)
     return str(coerce(f"backend.batch.{key}", "str", value, choices=choices))
+
+
+def _names(
+    table: Mapping[str, Any], key: str, ok: Callable[[str], bool], what: str
+) -> tuple[str, ...]:
+    names: tuple[str, ...] = coerce(f"backend.batch.{key}", "strings", table.get(key, ()))
+    for name in names:
+        if not ok(name):
+            raise BatchSettingsError(key, f"{name!r} is not {what}")
+    return names
 
 
 def sanitize_id(raw: str) -> str:
@@ -284,6 +311,18 @@ def parse_settings(
         cores_per_slot=_num(table, "cores_per_slot", 0.0),
         resource_limits=_choice(table, "resource_limits", "auto", ("auto", "always", "never")),
         container_run_options=_str(table, "container_run_options"),
+        template_run_options=_names(
+            table,
+            "template_run_options",
+            lambda n: bool(_OPTION.fullmatch(n)),
+            "a long docker option name (--name)",
+        ),
+        template_keys=_names(
+            table,
+            "template_keys",
+            lambda n: n in TEMPLATE_KEYS,
+            f"one of {', '.join(TEMPLATE_KEYS)}",
+        ),
         working_directory=_choice(
             table,
             "working_directory",

@@ -21,7 +21,13 @@ Mapping decisions (see also docs/design/batch.md, "Pod to task mapping"):
   to ``/bin/sh -c``, each argv element arrives intact and ``;``/``$()`` are never interpreted.
 * **Env.**  ``environmentSettings`` in declaration order.  Batch has no secure variant for task
   environment settings, so secret values are readable by whoever can read the task; operators who
-  cannot accept that set ``secret_env = "reject"``.
+  cannot accept that set ``secret_env = "reject"``, which also refuses mounts carrying Secret data
+  (Secret, projected, service-account token files: they would travel base64 in the same place).
+* **Pod strings in options.**  ``containerRunOptions`` is built from vkgate's own options, each
+  value one plain word (``translators.batch.runoptions``); the pod strings Batch or docker read
+  again (mount paths, subPaths, ``workingDir``, ``command[0]``, the image, container and env
+  names) are checked first and the pod refused naming the field (``translators.podstrings``).
+  After rendering, ``translators.batch.policy`` holds the template to the node's policy.
 * **restartPolicy.**  Never → ``maxTaskRetryCount`` 0; OnFailure → ``on_failure_retries``;
   Always → best effort: -1 (unlimited retries on failure; a clean exit completes the task, so the
   pod ends Succeeded — Batch cannot restart a successful task) or ``always = "reject"``.
@@ -69,13 +75,26 @@ from translators.base import (
     JSON,
     ResolvedContainer,
     ResolvedPod,
+    ResolvedVolume,
     TranslationError,
     UnsupportedError,
+    VolumeFile,
+    VolumeMount,
     cpu_millis,
     parse_quantity,
 )
+from translators.batch import policy
 from translators.batch.capacity import PoolInfo, vm_size
+from translators.batch.runoptions import RunOptions
 from translators.batch.settings import BatchSettings
+from translators.podstrings import (
+    container_field,
+    dns_label,
+    env_name,
+    image_ref,
+    mount_path,
+    relative_path,
+)
 from vkgate_core.imageregistry import credential_for, image_host
 
 MAX_COMMAND_LINE = 32_768
@@ -208,6 +227,12 @@ class TaskBuilder:
             f.content.decode("utf-8", "replace") for v in pod.volumes for f in v.files if f.secret
         ]
         secrets += [c.password for c in pod.registry_credentials]
+        # what the policy step looks for when secret_env = "reject" (registry passwords
+        # belong in containerSettings.registry)
+        scanned: list[str | bytes] = [
+            e.value for c in (*pod.init_containers, *pod.containers) for e in c.env if e.secret
+        ]
+        scanned += [f.content for v in pod.volumes for f in v.files if f.secret]
 
         inits = list(pod.init_containers)
         init_ids = [init_task_id(base, i) for i in range(len(inits))]
@@ -226,7 +251,9 @@ class TaskBuilder:
                 vm=vm,
                 spec=spec,
             )
-            tasks.append(self._render(context, task, template=template, secrets=secrets))
+            tasks.append(
+                self._render(context, task, template=template, secrets=secrets, scanned=scanned)
+            )
         main = pod.containers[0]
         name = TaskName(pod.namespace, pod.name, pod.uid, main.name)
         task = self._task(
@@ -240,7 +267,9 @@ class TaskBuilder:
             vm=vm,
             spec=spec,
         )
-        tasks.append(self._render(context, task, template=template, secrets=secrets))
+        tasks.append(
+            self._render(context, task, template=template, secrets=secrets, scanned=scanned)
+        )
         return tasks
 
     # -- checks --------------------------------------------------------------------------
@@ -260,7 +289,10 @@ class TaskBuilder:
                 reason="Unsupported",
                 field="spec.initContainers",
             )
+        for c in (*pod.init_containers, *pod.containers):
+            _check_strings(c)
         if self.settings.secret_env == "reject":
+            volumes = {v.name: v for v in pod.volumes}
             for c in (*pod.init_containers, *pod.containers):
                 leaked = [e.name for e in c.env if e.secret]
                 if leaked:
@@ -268,8 +300,21 @@ class TaskBuilder:
                         f"container {c.name!r} takes {leaked} from Secrets; Batch task environment "
                         f"is readable by anyone who can read the task and secret_env = 'reject'",
                         reason="SecretEnvNotAllowed",
-                        field=f"spec.containers[{c.name}].env",
+                        field=f"{container_field(c)}.env",
                     )
+                for i, m in enumerate(c.mounts):
+                    vol = volumes.get(m.volume)
+                    if vol is None or vol.kind == "emptyDir":
+                        continue
+                    if any(f.secret for f in _written(vol, m)):
+                        raise UnsupportedError(
+                            f"container {c.name!r} mounts Secret data of volume {vol.name!r} "
+                            f"({vol.kind}); Batch would carry the files in the task's "
+                            f"environmentSettings, readable by anyone who can read the task, "
+                            f"and secret_env = 'reject' ([backend.batch])",
+                            reason="SecretFileNotAllowed",
+                            field=f"{container_field(c)}.volumeMounts[{i}]",
+                        )
         for v in pod.volumes:
             if v.kind not in VOLUME_KINDS:
                 raise UnsupportedError(
@@ -302,26 +347,24 @@ class TaskBuilder:
         spec: Mapping[str, Any],
     ) -> JSON:
         s = self.settings
-        run_opts: list[str] = []
+        where = container_field(c)
+        run_opts = RunOptions()
         env = [{"name": e.name, "value": e.value} for e in c.env]
         volumes = {v.name: v for v in pod.volumes}
         writes: list[tuple[str, str, str]] = []  # (path, env var, mode)
         docker = s.resource_limits == "always" or (
             s.resource_limits == "auto" and (pool is None or pool.container_type != "criCompatible")
         )
-        for m in c.mounts:
+        for i, m in enumerate(c.mounts):
             vol = volumes.get(m.volume)
             if vol is None:
                 continue
             if vol.kind == "emptyDir":
-                if vol.medium == "Memory":
-                    run_opts += ["--tmpfs", m.mount_path]
-                else:
-                    run_opts += ["--volume", m.mount_path]
+                option = "--tmpfs" if vol.medium == "Memory" else "--volume"
+                run_opts.add(option, m.mount_path, field=f"{where}.volumeMounts[{i}].mountPath")
                 continue
-            for f in vol.files:
-                if m.sub_path and f.path != m.sub_path:
-                    continue
+            for f in _written(vol, m):
+                relative_path(f.path, field=f"spec.volumes[{vol.name}]")
                 path = m.mount_path if m.sub_path else posixpath.join(m.mount_path, f.path)
                 var = f"VKGATE_FILE_{len(writes)}"
                 env.append({"name": var, "value": base64.b64encode(f.content).decode()})
@@ -347,30 +390,31 @@ class TaskBuilder:
                 f'printf %s "${var}" | base64 -d > {shlex.quote(p)} && chmod {mode} {shlex.quote(p)}'
                 for p, var, mode in writes
             )
-            run_opts += ["--entrypoint", "/bin/sh"]
+            run_opts.add("--entrypoint", "/bin/sh", field=f"{where}.command[0]")
             argv = ["-c", f'{script} && exec "$@"', "vkgate-files", entry, *rest]
         elif entry:
-            run_opts += ["--entrypoint", entry]
+            run_opts.add("--entrypoint", entry, field=f"{where}.command[0]")
             argv = rest
         else:
             argv = rest
 
         if c.working_dir:  # workingDirectory only knows two fixed values
-            run_opts += ["--workdir", c.working_dir]
+            run_opts.add("--workdir", c.working_dir, field=f"{where}.workingDir")
         resources = c.spec.get("resources", {}) or {}
         requests = resources.get("requests", {}) or {}
         limits = resources.get("limits", {}) or {}
         if docker:
+            limit = f"{where}.resources.limits"
             if "cpu" in limits:
-                run_opts += ["--cpus", _cores(limits["cpu"])]
+                run_opts.add("--cpus", _cores(limits["cpu"]), field=f"{limit}.cpu")
             if "memory" in limits:
-                run_opts += ["--memory", str(int(parse_quantity(limits["memory"])))]
+                memory = str(int(parse_quantity(limits["memory"])))
+                run_opts.add("--memory", memory, field=f"{limit}.memory")
             gpus = limits.get("nvidia.com/gpu")
             if gpus:
-                run_opts += ["--gpus", str(int(parse_quantity(gpus)))]
-        options = command_line(run_opts)
-        if s.container_run_options:
-            options = f"{options} {s.container_run_options}".strip()
+                count = str(int(parse_quantity(gpus)))
+                run_opts.add("--gpus", count, field=f"{limit}[nvidia.com/gpu]")
+        options = run_opts.text(s.container_run_options)
 
         container: JSON = {
             "imageName": c.image,
@@ -434,7 +478,15 @@ class TaskBuilder:
 
     # -- render + validate -----------------------------------------------------------------
 
-    def _render(self, context: JSON, task: JSON, *, template: str, secrets: list[str]) -> JSON:
+    def _render(
+        self,
+        context: JSON,
+        task: JSON,
+        *,
+        template: str,
+        secrets: list[str],
+        scanned: Sequence[str | bytes],
+    ) -> JSON:
         ctx = dict(context)
         ctx["task"] = task
         ctx["container"] = next(
@@ -447,6 +499,7 @@ class TaskBuilder:
         )
         out = self.renderer.render(template, ctx)
         validate_task(out, template=template, secrets=secrets)
+        policy.enforce(out, task, template=template, settings=self.settings, secrets=scanned)
         for key, want in (("id", task["id"]), ("displayName", task["display_name"])):
             if out.get(key) != want:  # vkgate finds, adopts and deletes its tasks by these
                 raise TranslationError(
@@ -457,6 +510,25 @@ class TaskBuilder:
                 )
         result: JSON = out
         return result
+
+
+def _written(vol: ResolvedVolume, m: VolumeMount) -> list[VolumeFile]:
+    """The files of ``vol`` that mount ``m`` places (one with a subPath)."""
+    return [f for f in vol.files if not m.sub_path or f.path == m.sub_path]
+
+
+def _check_strings(c: ResolvedContainer) -> None:
+    """The pod strings of ``c`` that Batch parses again (translators/podstrings.py); the ones
+    written into containerRunOptions are checked as they are added (``RunOptions``)."""
+    where = container_field(c)
+    dns_label(c.name, field=f"{where}.name")
+    image_ref(c.image, field=f"{where}.image")
+    for e in c.env:
+        env_name(e.name, field=f"{where}.env[{e.name}]")
+    for i, m in enumerate(c.mounts):
+        mount_path(m.mount_path, field=f"{where}.volumeMounts[{i}].mountPath")
+        if m.sub_path:
+            relative_path(m.sub_path, field=f"{where}.volumeMounts[{i}].subPath")
 
 
 def _cores(quantity: Any) -> str:

@@ -81,7 +81,15 @@ class ZunConfig:
     memory: str = ""
     pods: int = 0
     use_hosts: bool = False
+    secret_env: str = "reject"
+    secret_files: str = "reject"
+    template_keys: tuple[str, ...] = ()
 
+
+#: Keys of a Zun container (and of a capsule's containers) a template may set to a value vkgate
+#: did not compute only when ``template_keys`` names them (translators/zun/policy.py).
+TEMPLATE_KEYS = ("host", "privileged", "runtime", "security_groups", "auto_remove", "hostname")
+SECRET_CHOICES = ("reject", "allow")
 
 HELP: dict[str, str] = {
     "cloud": "clouds.yaml entry; default $OS_CLOUD; empty and unset: OS_* variables",
@@ -117,6 +125,12 @@ HELP: dict[str, str] = {
     "memory": "capacity override (quantity), else quotas",
     "pods": "capacity override, else the containers quota",
     "use_hosts": "admin only: bound unlimited quotas by the sum of GET /hosts",
+    "secret_env": "env from Secrets: reject (default: Zun keeps a container's environment in "
+    "plain text, readable by anyone who can read the container) or allow",
+    "secret_files": "Secret/projected/service-account-token file contents in the rendered body "
+    "(a template placing them, e.g. in environment): reject (default) or allow",
+    "template_keys": "container keys a template may set beyond vkgate's own values: host, "
+    "privileged, runtime, security_groups, auto_remove, hostname (default none)",
 }
 
 
@@ -174,7 +188,7 @@ def load_config(table: Mapping[str, Any]) -> ZunConfig:
             if not isinstance(value, Mapping):
                 raise ZunConfigError(key, f"expected a table, got {value!r}")
             auth.update({str(k): str(v) for k, v in value.items()})
-        elif key in {"security_groups", "nets"}:
+        elif key in {"security_groups", "nets", "template_keys"}:
             kwargs[key] = _strings(key, value)
         elif key == "retry_backoff":
             if isinstance(value, str | bytes) or not isinstance(value, Sequence):
@@ -213,6 +227,14 @@ def _validate(cfg: ZunConfig) -> None:
         raise ZunConfigError("timeout", "must be positive")
     if any(d < 0 for d in cfg.retry_backoff):
         raise ZunConfigError("retry_backoff", "delays must not be negative")
+    for key in ("secret_env", "secret_files"):
+        if getattr(cfg, key) not in SECRET_CHOICES:
+            raise ZunConfigError(key, f"must be reject or allow, got {getattr(cfg, key)!r}")
+    unknown = [k for k in cfg.template_keys if k not in TEMPLATE_KEYS]
+    if unknown:
+        raise ZunConfigError(
+            "template_keys", f"{unknown[0]!r} is not one of {', '.join(TEMPLATE_KEYS)}"
+        )
     if cfg.name_prefix and not cfg.name_prefix[0].isalnum():
         raise ZunConfigError("name_prefix", "must start with a letter or digit")
     from translators.base import parse_quantity

@@ -18,6 +18,11 @@ imagePullSecrets: a standalone container whose image matches one of the pod's cr
 gets ``registry`` = the uuid of a vkgate-owned Zun registry object holding that login (made by
 ``translators.zun.registries``; ``backend_info.registry``).  Offline rendering (no I/O) shows
 the object's deterministic name instead, which Zun accepts as well.  Capsules cannot carry one.
+
+Before rendering, ``check_pod`` refuses what Zun cannot carry as the pod asks (pod strings Zun
+or docker read again; Secret env values with ``secret_env = "reject"``, the default); after
+rendering, ``translators.zun.policy`` holds the template to the node's policy (docs/backends/zun.md,
+"Security: Secrets and templates").  Both run for ``build`` and ``render`` alike.
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ from translators.base import (
     cpu_millis,
     parse_quantity,
 )
+from translators.podstrings import container_field, dns_label, env_name, mount_path
 from translators.render.engine import pod_context
+from translators.zun import policy
 from translators.zun.config import AUTH_KEYS, ZunConfig
 from translators.zun.registries import registry_name
 from vkgate_core.imageregistry import RegistryCredential, credential_for, image_host
@@ -159,8 +166,14 @@ class SpecBuilder:
         cinder_volumes: bool = True,
         emptydir_size_gb: int = 1,
         send_image_pull_policy: bool = False,
+        secret_env: str = "reject",
+        secret_files: str = "reject",
+        template_keys: Sequence[str] = (),
     ) -> None:
         self.renderer = renderer
+        self.secret_env = secret_env
+        self.secret_files = secret_files
+        self.template_keys = tuple(template_keys)
         self.send_image_pull_policy = send_image_pull_policy
         self.settings = {k: v for k, v in settings.items() if k not in AUTH_KEYS and k != "auth"}
         self.name_prefix = name_prefix
@@ -188,9 +201,35 @@ class SpecBuilder:
             cinder_volumes=cfg.cinder_volumes,
             emptydir_size_gb=cfg.emptydir_size_gb,
             send_image_pull_policy=cfg.send_image_pull_policy,
+            secret_env=cfg.secret_env,
+            secret_files=cfg.secret_files,
+            template_keys=cfg.template_keys,
         )
 
     # -- decisions -----------------------------------------------------------------------
+
+    def check_pod(self, pod: ResolvedPod) -> None:
+        """What Zun cannot carry as the pod asks, refused by field: pod strings Zun or docker
+        read again (translators/podstrings.py: container names go into vkgate's labels, env
+        names into docker's ``NAME=value``, mount paths into docker's ``source:destination``),
+        and Secret env values with ``secret_env = "reject"`` (Zun keeps a container's
+        environment in plain text, readable by anyone who can read the container)."""
+        for c in (*pod.init_containers, *pod.containers):
+            where = container_field(c)
+            dns_label(c.name, field=f"{where}.name")
+            for e in c.env:
+                env_name(e.name, field=f"{where}.env[{e.name}]")
+            for i, m in enumerate(c.mounts):
+                mount_path(m.mount_path, field=f"{where}.volumeMounts[{i}].mountPath")
+            leaked = [e.name for e in c.env if e.secret]
+            if leaked and self.secret_env == "reject":
+                raise UnsupportedError(
+                    f"container {c.name!r} takes {leaked} from Secrets; Zun keeps a container's "
+                    "environment in plain text, readable by anyone who can read the container, "
+                    "and secret_env = 'reject' ([backend.zun])",
+                    reason="SecretEnvNotAllowed",
+                    field=f"{where}.env",
+                )
 
     def kind_for(self, pod: ResolvedPod, features: Mapping[str, bool]) -> str:
         inits = [c for c in pod.init_containers if c.role != "sidecar"]
@@ -493,6 +532,7 @@ class SpecBuilder:
     def _prepare(
         self, pod: ResolvedPod, features: Mapping[str, Any], registry: str = ""
     ) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        self.check_pod(pod)
         info = self.backend_info(pod, features, registry=registry)
         template = self.template_for(pod, info["kind"])
         context = pod_context(pod, backend="zun", settings=self.settings, extra=info)
@@ -509,6 +549,7 @@ class SpecBuilder:
         info, template, context = self._prepare(pod, features, registry)
         body = self.renderer.render(template, context)
         validate_body(info["kind"], body, template)
+        self._enforce(pod, info, body, template)
         return ZunSpec(kind=info["kind"], name=info["name"], body=body, template=template)
 
     async def build(
@@ -519,7 +560,30 @@ class SpecBuilder:
         info, template, context = self._prepare(pod, features, registry)
         body = await self.renderer.arender(template, context)
         validate_body(info["kind"], body, template)
+        self._enforce(pod, info, body, template)
         return ZunSpec(kind=info["kind"], name=info["name"], body=body, template=template)
+
+    def _enforce(
+        self, pod: ResolvedPod, info: Mapping[str, Any], body: JSON, template: str
+    ) -> None:
+        """The node's policy on the rendered body (translators/zun/policy.py)."""
+        containers = (*pod.init_containers, *pod.containers)
+        public = {
+            "info": info,
+            "pod": pod.pod,
+            "env": [e.value for c in containers for e in c.env if not e.secret],
+            "argv": [[*c.command, *c.args] for c in containers],
+        }
+        policy.enforce(
+            info["kind"],
+            body,
+            info=info,
+            template=template,
+            allowed=self.template_keys,
+            secret_files=self.secret_files,
+            secrets=[f.content for v in pod.volumes for f in v.files if f.secret],
+            public=public,
+        )
 
 
 def validate_body(kind: str, body: Any, template: str) -> None:

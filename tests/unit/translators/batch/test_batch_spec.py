@@ -213,11 +213,21 @@ def test_extra_block_adds_fields() -> None:
 
 
 def test_working_dir_becomes_docker_workdir() -> None:
-    c = ResolvedContainer(name="c", image="busybox", working_dir="/srv/my app")
+    c = ResolvedContainer(name="c", image="busybox", working_dir="/srv/app")
     (task,) = builder().build(dataclasses.replace(pod(), containers=(c,)))
     opts = shlex.split(task["containerSettings"]["containerRunOptions"])
-    assert opts == ["--workdir", "/srv/my app"]
+    assert opts == ["--workdir", "/srv/app"]
     assert task["containerSettings"]["workingDirectory"] == "containerImageDefault"
+
+
+def test_a_working_dir_that_is_not_one_plain_word_is_refused_naming_the_field() -> None:
+    """Batch does not say how it splits containerRunOptions: "/srv/my app" quoted for a shell
+    is two words to a whitespace split, so it is refused rather than quoted."""
+    c = ResolvedContainer(name="c", image="busybox", working_dir="/srv/my app")
+    with pytest.raises(UnsupportedError) as err:
+        builder().build(dataclasses.replace(pod(), containers=(c,)))
+    assert err.value.field == "spec.containers[c].workingDir"
+    assert "plain words" in str(err.value)
 
 
 @pytest.mark.parametrize(
