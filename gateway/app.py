@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.config import Settings
 from gateway.errors import StartupError
-from gateway.inputs import NamespaceTeams
+from gateway.inputs import NamespaceTeams, TeamRule
 from gateway.kube.client import KubeClient
 from gateway.kubelet.api import MetricsServer
 from gateway.logging_setup import NODE, setup_logging
@@ -88,10 +88,10 @@ class App:
         #: set below, once the units exist).
         self.templates: TemplatesSource | None = None
         if settings.templates.configmap_namespace:
-            self.templates = TemplatesSource(
+            self.templates = TemplatesSource.from_settings(
                 self.kube,
                 self.renderer,
-                namespace=settings.templates.configmap_namespace,
+                settings.templates,
                 backend=nodes[0].backend.kind,
                 backend_settings=nodes[0].backend.table(),
                 clock=self.clock,
@@ -99,7 +99,9 @@ class App:
         #: The namespace team labels (templates.namespace_labels), shared by every node.
         self.teams: NamespaceTeams | None = None
         if settings.templates.namespace_labels:
-            self.teams = NamespaceTeams(self.kube, clock=self.clock)
+            self.teams = NamespaceTeams(
+                self.kube, clock=self.clock, rule=TeamRule.namespaces(settings.templates)
+            )
         #: The process-wide inputs of every node's start-up gate (gateway.inputs).
         shared = tuple(c.input for c in (self.templates, self.teams) if c is not None)
         #: One unit per virtual node, all on ``self.kube``.  The plain-HTTP metrics/probe
@@ -128,6 +130,7 @@ class App:
         )
         if isinstance(self.metrics, NodeMetrics):
             self._count_api(self.metrics)
+        self._count_teams()
         if self.templates is not None:
             self.templates.events = first.events
         # Every write through ``kube`` is fenced on the leader Lease of every node.
@@ -206,6 +209,41 @@ class App:
             (),
             lambda: {(): float(len({id(u.kube) for u in self.units}))},
             kind="gauge",
+        )
+
+    def _count_teams(self) -> None:
+        """Process-wide: the team labels the operator's rule ignores, and the template
+        ConfigMap versions refused by reason (docs/design/teams.md)."""
+
+        def ignored() -> dict[tuple[str, ...], float]:
+            out: dict[tuple[str, ...], float] = {}
+            for kind, counts in (
+                ("namespace", self.teams.ignored() if self.teams is not None else {}),
+                ("configmap", self.templates.ignored() if self.templates is not None else {}),
+            ):
+                for reason, n in counts.items():
+                    out[(kind, reason)] = float(n)
+            return out
+
+        def refused() -> dict[tuple[str, ...], float]:
+            counts = self.templates.refused if self.templates is not None else {}
+            return {(reason,): float(n) for reason, n in counts.items()}
+
+        self.metrics.collect(
+            "vkgate_team_labels_ignored",
+            "Labelled namespaces and template ConfigMaps whose vkgate.io/team label the "
+            "operator's config ignores now, by object and reason (not_allowed, map_differs)",
+            ("object", "reason"),
+            ignored,
+            kind="gauge",
+        )
+        self.metrics.collect(
+            "vkgate_template_configmaps_refused",
+            "Template ConfigMap versions refused, by reason (conflict: a template another "
+            "ConfigMap defines; owner: outside its team's prefix or global and not named by the "
+            "operator; invalid: does not compile or render)",
+            ("reason",),
+            refused,
         )
 
     def _fence(self, method: str, path: str) -> str | None:

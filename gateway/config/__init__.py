@@ -233,7 +233,39 @@ class TemplateSettings:
     configmap_namespace: str = field(
         default="", metadata=doc("Namespace of ConfigMaps labelled vkgate.io/templates=true")
     )
-    teams: dict[str, str] = field(default_factory=dict, metadata=doc("namespace → team"))
+    teams: dict[str, str] = field(
+        default_factory=dict,
+        metadata=doc("namespace → team; the operator's map wins over a namespace's team label"),
+    )
+    team_label_namespaces: list[str] = field(
+        default_factory=list,
+        metadata=doc(
+            "Namespaces (globs) whose label vkgate.io/team may choose their pods' team where "
+            "templates.teams does not name them; [] (default): no label chooses (docs/design/teams.md)"
+        ),
+    )
+    configmap_teams: dict[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "template ConfigMap name → the team whose templates (teams/<team>/…) it defines; "
+            "wins over the ConfigMap's team label"
+        ),
+    )
+    team_label_configmaps: list[str] = field(
+        default_factory=list,
+        metadata=doc(
+            "Template ConfigMaps (name globs) whose label vkgate.io/team may choose their team "
+            "where templates.configmap_teams does not name them; [] (default): none"
+        ),
+    )
+    global_configmaps: list[str] = field(
+        default_factory=list,
+        metadata=doc(
+            "Template ConfigMaps (names) that may define templates outside teams/ (the global "
+            "defaults); [] (default): none — global templates come from templates.dirs and the "
+            "packaged templates only"
+        ),
+    )
     namespace_labels: bool = field(
         default=True,
         metadata=doc(
@@ -465,6 +497,24 @@ def _check_names(s: Settings) -> None:
     for res in s.node.capacity:
         if (err := qualified_name_error(res)) is not None:
             raise ConfigError(f"node.capacity.{res}", f"invalid resource name {err}")
+    _check_teams(s.templates)
+
+
+def _check_teams(t: TemplateSettings) -> None:
+    """Team names become template folders (``teams/<team>/``): label values, never empty; a
+    template ConfigMap is either one team's or global, not both (docs/design/teams.md)."""
+    for table, mapping in (("teams", t.teams), ("configmap_teams", t.configmap_teams)):
+        for name, team in mapping.items():
+            if not team or (err := label_value_error(team)) is not None:
+                why = err if team else "must not be empty"
+                raise ConfigError(f"templates.{table}.{name}", f"invalid team name {why}")
+    for i, name in enumerate(t.global_configmaps):
+        if name in t.configmap_teams:
+            raise ConfigError(
+                f"templates.global_configmaps[{i}]",
+                f"ConfigMap {name!r} is also team {t.configmap_teams[name]!r}'s in "
+                "templates.configmap_teams: a template ConfigMap is one team's or global",
+            )
 
 
 def validate(s: Settings, environ: Mapping[str, str] | None = None) -> Settings:

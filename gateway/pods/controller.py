@@ -168,6 +168,7 @@ class PodController:
             allocatable=allocatable,
             enable_service_links=ps.enable_service_links,
             teams=settings.templates.teams,
+            team_label_namespaces=settings.templates.team_label_namespaces,
             daemonsets=settings.node.daemonsets,
             can_exec=isinstance(translator, Executor),
             ignore_pod_fields=settings.node.ignore_pod_fields,

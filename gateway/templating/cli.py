@@ -142,6 +142,7 @@ def render_main(
         host_ip=settings.node.internal_ip or "127.0.0.1",
         allocatable=settings.node.capacity,
         teams=settings.templates.teams,
+        team_label_namespaces=settings.templates.team_label_namespaces,
         daemonsets=settings.node.daemonsets,
         can_exec=spec_renderer.can_exec,
         ignore_pod_fields=settings.node.ignore_pod_fields,

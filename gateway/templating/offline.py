@@ -17,7 +17,9 @@ The pod is resolved with the gateway's own rules (``gateway.pods.resolve.env`` /
 * PersistentVolumeClaim and PersistentVolume documents answer persistentVolumeClaim volumes
   (the claim bound to its PV, as the live agent reads them: gateway.pods.resolve.claims); a claim or
   PV the file lacks is a mount failure, as it would be in the cluster.
-* A Namespace document gives the team (label ``vkgate.io/team``) unless ``--team`` is given.
+* The team is the agent's (gateway.inputs.teamrule): ``templates.teams``, else a Namespace
+  document's label ``vkgate.io/team`` where ``templates.team_label_namespaces`` lets that
+  namespace choose (an ignored label is a note); ``--team`` overrides both (a what-if).
 * Service link variables are not generated (there are no Services offline).
 
 The spec is produced by the ``Renderable`` the backend's spec builds for offline use
@@ -235,9 +237,8 @@ class FileLookups:
     The Services are the file's (``Inputs.services``: those the live agent would list for the
     service-link variables); a projected ServiceAccount token reads ``<serviceaccount token>``."""
 
-    def __init__(self, inputs: Inputs, *, team: str = "") -> None:
+    def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
-        self._team = team
         self.notes: list[str] = []
         self._referenced = dict(
             zip(("configmaps", "secrets"), _references(inputs.pod), strict=True)
@@ -263,8 +264,6 @@ class FileLookups:
         return self.inputs.volumes.get(name)
 
     async def team(self, namespace: str) -> str:
-        if self._team:
-            return self._team
         labels = ((self.inputs.namespace or {}).get("metadata") or {}).get("labels") or {}
         return str(labels.get(TEAM_LABEL, ""))
 
@@ -293,18 +292,20 @@ def resolve(
     host_ip: str = "127.0.0.1",
     allocatable: Mapping[str, str] | None = None,
     teams: Mapping[str, str] | None = None,
+    team_label_namespaces: Collection[str] = (),
     daemonsets: str = "refuse",
     can_exec: bool = False,
     ignore_pod_fields: Collection[str] = (),
 ) -> Resolved:
     """Resolve ``inputs`` with the agent's own ``Resolver`` (see ``FileLookups``).
 
-    ``team`` (``--team``) wins over the Namespace document's label; ``teams`` is the config's
-    namespace → team map; ``host_ip``, ``allocatable``, ``daemonsets``, ``can_exec`` (the
+    ``teams`` and ``team_label_namespaces`` are the config's (the agent's rule: the map, else
+    the Namespace document's label where the namespace may choose); ``team`` (``--team``)
+    overrides what they give; ``host_ip``, ``allocatable``, ``daemonsets``, ``can_exec`` (the
     backend runs commands in containers: ``SpecRenderer.can_exec``) and ``ignore_pod_fields``
     stand for the node's."""
     pod = inputs.pod
-    lookups = FileLookups(inputs, team=team)
+    lookups = FileLookups(inputs)
     resolver = Resolver(
         lookups,
         features=features or Features(),
@@ -313,6 +314,7 @@ def resolve(
         host_ip=lambda: host_ip,
         allocatable=lambda: dict(allocatable or {}),
         teams=teams,
+        team_label_namespaces=team_label_namespaces,
         daemonsets=daemonsets,
         can_exec=can_exec,
         ignore_pod_fields=ignore_pod_fields,
@@ -326,7 +328,7 @@ def resolve(
         errors.append(f"FailedMount: {res.mount_error}")
     resolved = res.pod
     if resolved is not None and team:
-        resolved = dataclasses.replace(resolved, team_source="--team")
+        resolved = dataclasses.replace(resolved, team=team, team_source="--team")
     return Resolved(resolved, notes, errors)
 
 

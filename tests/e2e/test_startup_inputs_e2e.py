@@ -202,7 +202,13 @@ def scenario(
     gw = start_gateway(
         {
             "backend": {"kind": "nomad", "nomad": nomad_agent.backend_settings()},
-            "templates": {"configmap_namespace": tpl_ns},
+            # the operator lets the team's namespace and ConfigMap choose their team by label
+            # (docs/design/teams.md: by default no label does)
+            "templates": {
+                "configmap_namespace": tpl_ns,
+                "team_label_namespaces": [team_ns],
+                "team_label_configmaps": [f"{team}-templates"],
+            },
             "kube": {"kubeconfig": str(who.kubeconfig)},
             "pods": {"inputs_timeout": 3},
         }

@@ -88,7 +88,13 @@ def test_configmap_templates_per_team_live(
     gw = start_gateway(
         {
             "backend": {"kind": "nomad", "nomad": nomad_agent.backend_settings()},
-            "templates": {"configmap_namespace": SYSTEM_NS},
+            # the operator lets namespace ml and ConfigMap ml-templates choose their team by
+            # label (docs/design/teams.md: by default no label does)
+            "templates": {
+                "configmap_namespace": SYSTEM_NS,
+                "team_label_namespaces": [ml],
+                "team_label_configmaps": ["ml-templates"],
+            },
         }
     )
     node = gw.node_name

@@ -101,7 +101,13 @@ def test_template_error_waits_for_the_template_fix(
                 "kind": "nomad",
                 "nomad": {**nomad_agent.backend_settings(), "template": "nomad/raw_exec.j2"},
             },
-            "templates": {"configmap_namespace": SYSTEM_NS},
+            # the operator lets the team's namespace and ConfigMap choose their team by label
+            # (docs/design/teams.md: by default no label does)
+            "templates": {
+                "configmap_namespace": SYSTEM_NS,
+                "team_label_namespaces": [ns],
+                "team_label_configmaps": [f"{team}-templates"],
+            },
         }
     )
     node = gw.node_name

@@ -129,6 +129,40 @@ def test_valid_kubernetes_names_are_accepted() -> None:
     assert s.node.labels["topology.kubernetes.io/zone"] == "dc1"
 
 
+@pytest.mark.parametrize(
+    ("overrides", "key", "fragment"),
+    [
+        ({"templates": {"teams": {"ml": "a/b"}}}, "templates.teams.ml", "invalid team name"),
+        ({"templates": {"teams": {"ml": ""}}}, "templates.teams.ml", "must not be empty"),
+        (
+            {"templates": {"configmap_teams": {"c": ".."}}},
+            "templates.configmap_teams.c",
+            "invalid team name",
+        ),
+        (
+            {"templates": {"configmap_teams": {"c": "ml"}, "global_configmaps": ["c"]}},
+            "templates.global_configmaps[0]",
+            "one team's or global",
+        ),
+    ],
+)
+def test_team_names_and_template_configmaps_are_checked(
+    overrides: dict[str, Any], key: str, fragment: str
+) -> None:
+    """Team names become template folders (teams/<team>/); docs/design/teams.md."""
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.load(None, environ={}, overrides=overrides)
+    assert info.value.key == key and fragment in str(info.value)
+
+
+def test_by_default_no_label_chooses_a_team_and_no_configmap_is_global() -> None:
+    t = cfg.load(None, environ={}).templates
+    assert (t.team_label_namespaces, t.team_label_configmaps) == ([], [])
+    assert (t.configmap_teams, t.global_configmaps) == ({}, [])
+    env = {"VKGATE_TEMPLATES__TEAM_LABEL_NAMESPACES": "ml-*,lab"}
+    assert cfg.load(None, environ=env).templates.team_label_namespaces == ["ml-*", "lab"]
+
+
 def _check(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = cli.main(["config", "check", *argv])
     err = capsys.readouterr().err

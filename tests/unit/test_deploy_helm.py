@@ -108,3 +108,25 @@ def test_nodes_render_one_nodes_entry_and_one_kubelet_port_each(tmp_path: Path) 
 def test_a_nodes_entry_without_a_name_is_refused(tmp_path: Path) -> None:
     out = helm_template(tmp_path, '--set-json=nodes=[{"kubeletPort": 10250}]', check=False)
     assert out.returncode != 0 and "every entry of nodes needs a name" in out.stderr
+
+
+def test_the_chart_names_its_own_template_configmaps_global_and_no_label_chooses_a_team(
+    tmp_path: Path,
+) -> None:
+    """docs/design/teams.md: the chart's template ConfigMaps are the operator's (global); who
+    is which team comes from the chart's values, never from a label unless they allow it."""
+    path = tmp_path / "vkgate.toml"
+    path.write_text(toml_of(rendered(tmp_path)))
+    t = load(path, environ={}).templates
+    assert (t.global_configmaps, t.team_label_namespaces, t.team_label_configmaps) == ([], [], [])
+    docs = rendered(
+        tmp_path,
+        '--set-json=templates.configMaps={"platform":{"nomad__job.j2":"{}"}}',
+        '--set-json=templates.teams={"ml-prod":"ml"}',
+        '--set-json=templates.configmapTeams={"ml-templates":"ml"}',
+        '--set-json=templates.teamLabelNamespaces=["lab-*"]',
+    )
+    path.write_text(toml_of(docs))
+    t = load(path, environ={}).templates
+    assert t.global_configmaps == ["platform"] and t.teams == {"ml-prod": "ml"}
+    assert t.configmap_teams == {"ml-templates": "ml"} and t.team_label_namespaces == ["lab-*"]

@@ -68,6 +68,9 @@ metadata: {name: ml, labels: {vkgate.io/team: ml}}
 @pytest.fixture(autouse=True)
 def no_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VKGATE_CONFIG", raising=False)
+    # the operator lets namespace ml choose its team by label (the POD file's Namespace
+    # document); by default no label does (test_a_label_the_operator_did_not_allow_is_a_note)
+    monkeypatch.setenv("VKGATE_TEMPLATES__TEAM_LABEL_NAMESPACES", "ml")
 
 
 @pytest.fixture
@@ -147,6 +150,20 @@ def test_explain_shows_the_lookup_on_stderr(
     assert "2. team template 'teams/ml/nomad/job.j2': used" in err
     assert f"# template: teams/ml/nomad/job.j2 (from {tdir / 'teams/ml/nomad/job.j2'})" in err
     assert "secret 'not-in-file' is not in the file: placeholder values" in err
+
+
+def test_a_label_the_operator_did_not_allow_is_a_note(
+    tdir: Path, pod_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vkgate render` decides the team as the agent does (docs/design/teams.md): by default
+    the Namespace's vkgate.io/team label chooses nothing, and --explain says why."""
+    monkeypatch.delenv("VKGATE_TEMPLATES__TEAM_LABEL_NAMESPACES")
+    code, out, err = render(capsys, pod_file, tdir, "--explain")
+    assert code == 0, err
+    assert "team" not in json.loads(out)["Job"]["Meta"]  # not ml's template
+    assert "#   team: none" in err and "3. backend default 'nomad/job.j2': used" in err
+    assert "TeamLabelIgnored: namespace ml: label vkgate.io/team='ml' ignored" in err
+    assert "templates.team_label_namespaces" in err
 
 
 def test_team_flag_and_template_flag(

@@ -2,7 +2,10 @@
 
 The real Reflector runs against a fake KubeClient whose watch is fed by the test; the
 validator is the real default one (compile + render the sample pods through the real Nomad
-backend), and the ConfigMaps extend the packaged templates as users' do.
+backend), and the ConfigMaps extend the packaged templates as users' do.  Whose templates a
+ConfigMap defines is the operator's (``OPERATOR``: the ``ml-*``/``team`` ConfigMaps' labels
+count, ``platform``, ``x`` and ``a`` are global; tests/unit/test_template_owners.py holds the
+ownership rules themselves).
 """
 
 from __future__ import annotations
@@ -16,12 +19,26 @@ from typing import Any
 import pytest
 
 from gateway.config import TemplateSettings
-from gateway.templating.source import TemplatesSource, renderer_from_settings, templates_of
+from gateway.inputs import TeamRule
+from gateway.templating.source import (
+    TemplatesSource,
+    owner_of,
+    renderer_from_settings,
+    templates_of,
+)
 from translators.base import ResolvedContainer, ResolvedPod, TranslatorContext
 from translators.nomad import NomadTranslator
 from translators.render.engine import Renderer, packaged_templates_dir
 
 PACKAGED_JOB = (packaged_templates_dir() / "nomad" / "job.j2").read_text()
+#: The operator's decision these tests run under.
+OPERATOR = TemplateSettings(
+    team_label_configmaps=["ml-*", "team"], global_configmaps=["platform", "x", "a"]
+)
+OWNERS: dict[str, Any] = {
+    "rule": TeamRule.configmaps(OPERATOR),
+    "global_configmaps": OPERATOR.global_configmaps,
+}
 META_BLOCK = "{% block meta %}{{ n.meta | tojson }}{% endblock %}"
 
 
@@ -117,7 +134,7 @@ async def test_live_reload_accept_reject_delete(renderer: Renderer) -> None:
     changes: list[int] = []
     renderer.subscribe(lambda: changes.append(renderer.version))
     source = TemplatesSource(
-        kube, renderer, namespace="vkgate-system", events=events, backend="nomad"
+        kube, renderer, namespace="vkgate-system", events=events, backend="nomad", **OWNERS
     )
     await source.start()
     try:
@@ -193,7 +210,7 @@ async def test_a_new_configmap_that_is_broken_is_not_loaded(renderer: Renderer) 
     kube = FakeKube([cm("x", {"nomad__job.j2": "{% for %}"})])
     events = FakeEvents()
     source = TemplatesSource(
-        kube, renderer, namespace="vkgate-system", events=events, backend="nomad"
+        kube, renderer, namespace="vkgate-system", events=events, backend="nomad", **OWNERS
     )
     await source.start()
     try:
@@ -210,7 +227,7 @@ async def test_a_new_configmap_that_is_broken_is_not_loaded(renderer: Renderer) 
 async def test_breaking_a_template_others_extend_is_rejected(renderer: Renderer) -> None:
     """Overriding the base so that an existing team template breaks is caught by rendering."""
     source = TemplatesSource(
-        FakeKube([]), renderer, namespace="ns", events=FakeEvents(), backend="nomad"
+        FakeKube([]), renderer, namespace="ns", events=FakeEvents(), backend="nomad", **OWNERS
     )
     await source.handle(
         "ADDED",
@@ -241,7 +258,7 @@ async def test_unchanged_data_is_not_revalidated(renderer: Renderer) -> None:
         calls.append(list(names))
         return []
 
-    source = TemplatesSource(FakeKube([]), renderer, namespace="ns", validator=validator)
+    source = TemplatesSource(FakeKube([]), renderer, namespace="ns", validator=validator, **OWNERS)
     obj = cm("a", {"nomad__x.j2": "{}"})
     await source.handle("ADDED", obj, None)
     await source.handle(
@@ -259,11 +276,19 @@ def test_configmap_key_names() -> None:
         and problems
         and "bad__..__x.j2" in problems[0]
     )
-    templates, _ = templates_of(cm("c", {"nomad__job.j2": "a"}, **{"vkgate.io/team": "ml"}))
-    assert list(templates) == ["teams/ml/nomad/job.j2"]
-    obj = cm("c", {"job.j2": "a"})
+
+    def names(obj: dict[str, Any]) -> list[str]:
+        owner = owner_of(obj, **OWNERS)
+        assert not owner.refused, owner.refused
+        return list(templates_of(obj, prefix=owner.prefix)[0])
+
+    assert names(cm("ml-c", {"nomad__job.j2": "a"}, **{"vkgate.io/team": "ml"})) == [
+        "teams/ml/nomad/job.j2"
+    ]
+    # the prefix annotation narrows the team's prefix (it may not leave it: test_template_owners)
+    obj = cm("ml-c", {"job.j2": "a"}, **{"vkgate.io/team": "web"})
     obj["metadata"]["annotations"] = {"vkgate.io/template-prefix": "teams/web/nomad"}
-    assert list(templates_of(obj)[0]) == ["teams/web/nomad/job.j2"]
+    assert names(obj) == ["teams/web/nomad/job.j2"]
 
 
 def test_renderer_from_settings(tmp_path: Path) -> None:
@@ -291,6 +316,7 @@ async def test_a_team_template_that_shadows_nothing_is_a_warning(
         events=events,
         backend="nomad",
         validator=lambda *a: [],
+        **OWNERS,
     )
     await source.start()
     try:

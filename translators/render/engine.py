@@ -29,8 +29,10 @@ how a new ConfigMap version is validated before it serves.
    use that name (``allowed``: team → glob patterns, ``"*"`` for everyone; a team may always
    use its own ``teams/<team>/…`` and the backend default);
 2. the team's version of the backend default, ``teams/<team>/<default>``, where the team is
-   ``ResolvedPod.team`` (namespace label ``vkgate.io/team``, resolved by the gateway) or the
-   config namespace → team map;
+   ``ResolvedPod.team`` — the operator's decision, resolved by the gateway: its namespace → team
+   map, else the namespace label ``vkgate.io/team`` only where the operator lets that namespace
+   choose (docs/design/teams.md) — or, for a pod resolved without one, the config namespace →
+   team map;
 3. the backend default.
 """
 

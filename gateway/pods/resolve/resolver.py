@@ -22,9 +22,12 @@ interval.  ``serviceAccountToken`` projections are TokenRequests bound to the po
 until 80 % of its lifetime and then requested again (the kubelet's refresh), which re-queues
 the pod: its workload's token file is updated in place where the backend can
 (``Features.updates_files_in_place``: Nomad).  The team is
-the namespace label ``vkgate.io/team`` (a live cache of the labelled namespaces, loaded before
-any pod is synced: gateway.inputs.teams), else the config's namespace → team map
-(``templates.teams``); ``ResolvedPod.team_source`` says which.  Every other read here happens
+the operator's decision (gateway.inputs.teamrule): the config's namespace → team map
+(``templates.teams``), else the namespace label ``vkgate.io/team`` (a live cache of the labelled
+namespaces, loaded before any pod is synced: gateway.inputs.teams) where
+``templates.team_label_namespaces`` lets the namespace choose; ``ResolvedPod.team_source`` says
+which.  A label the rule ignores is a Warning Event ``TeamLabelIgnored`` on the pod naming the
+label and the setting (docs/design/teams.md).  Every other read here happens
 while the pod is synced, so it has no initial load to wait for; one that fails holds the pod
 (``ReadError``) instead of reading as "absent" (docs/design/startup.md).
 
@@ -55,6 +58,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from gateway.inputs.teamrule import TeamDecision, TeamRule
 from gateway.inputs.teams import NamespaceTeams
 from gateway.kube.client import KubeClient
 from gateway.kube.errors import ApiError, NotFound
@@ -345,6 +349,8 @@ def references(pod: Mapping[str, Any]) -> set[RefKey]:
 #: Where ``ResolvedPod.team`` came from (``vkgate render --explain`` prints it).
 TEAM_FROM_LABEL = f"the namespace label {TEAM_LABEL}"
 TEAM_FROM_CONFIG = "the team map in config (templates.teams)"
+#: The Warning Event on a pod whose namespace's team label was ignored.
+REASON_TEAM_LABEL_IGNORED = "TeamLabelIgnored"
 
 
 class Resolver:
@@ -361,19 +367,30 @@ class Resolver:
         allocatable: Callable[[], Mapping[str, str]],
         enable_service_links: bool = True,
         teams: Mapping[str, str] | None = None,
+        team_label_namespaces: Collection[str] = (),
         daemonsets: str = "refuse",
         can_exec: bool = False,
         ignore_pod_fields: Collection[str] = (),
     ) -> None:
-        """``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.resolve.admission);
+        """``teams``/``team_label_namespaces``: the operator's ``templates.teams`` and the
+        namespaces whose team label may choose (gateway.inputs.teamrule);
+        ``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.resolve.admission);
         ``can_exec``: the translator is an ``Executor`` (exec probes can run);
         ``ignore_pod_fields``: ``node.ignore_pod_fields`` (gateway.pods.resolve.features)."""
         self.refs = refs
         self.ignore_pod_fields = tuple(ignore_pod_fields)
         self.can_exec = can_exec
         self.daemonsets = daemonsets
-        #: namespace → team, for namespaces without the team label (``templates.teams``).
+        #: namespace → team (``templates.teams``): wins over a namespace's team label.
         self.teams = dict(teams or {})
+        #: Who is which team (gateway.inputs.teamrule).
+        self.team_rule = TeamRule(
+            "namespace",
+            self.teams,
+            tuple(team_label_namespaces),
+            "templates.teams",
+            "templates.team_label_namespaces",
+        )
         self.features = features
         self.backend = backend
         self.node_name = node_name
@@ -500,7 +517,9 @@ class Resolver:
         if out.blocked:
             return out
 
-        team, source = await self.team(ns)
+        team = await self.team(ns)
+        if team.ignored:
+            out.events.append(Event("Warning", REASON_TEAM_LABEL_IGNORED, team.ignored))
         resolved = ResolvedPod(
             namespace=ns,
             name=str(meta.get("name", "")),
@@ -510,8 +529,8 @@ class Resolver:
             containers=tuple(containers["containers"]),
             init_containers=tuple(containers["initContainers"]),
             volumes=claimed.volumes,
-            team=team,
-            team_source=source,
+            team=team.team,
+            team_source=team.source,
             host_ip=host,
             registry_credentials=pulls.credentials,
         )
@@ -527,14 +546,10 @@ class Resolver:
         out.fingerprint = fingerprint(resolved, skip_contents=skip)
         return out
 
-    async def team(self, namespace: str) -> tuple[str, str]:
-        """(team, where it came from): the namespace label, else ``templates.teams``."""
-        label = await self.refs.team(namespace)
-        if label:
-            return label, TEAM_FROM_LABEL
-        if self.teams.get(namespace):
-            return self.teams[namespace], TEAM_FROM_CONFIG
-        return "", ""
+    async def team(self, namespace: str) -> TeamDecision:
+        """The namespace's team: ``templates.teams``, else its label where the operator lets
+        it choose (gateway.inputs.teamrule); ``ignored`` says why a label did not count."""
+        return self.team_rule.decide(namespace, await self.refs.team(namespace))
 
     async def _pull_secrets(
         self, pod: Pod, ns: str, lookups: Mapping[RefKey, Lookup]

@@ -145,3 +145,23 @@ async def test_a_standby_that_takes_over_waits_for_the_inputs_too(
     finally:
         app.request_stop()
         await asyncio.wait_for(task, 5)
+
+
+def test_the_app_exposes_ignored_team_labels_and_refused_template_configmaps(
+    tmp_path: Path, api: FakeApi, clock: FakeClock, make_client: Callable[..., Any]
+) -> None:
+    """docs/design/teams.md: an ignored team label and a template conflict are metrics."""
+    app, _ = make_app(
+        tmp_path, ONE + 'team_label_namespaces = ["lab-*"]\n', api, clock, make_client
+    )
+    assert app.teams is not None and app.templates is not None
+    app.teams.reflector.store["intruder"] = {
+        "metadata": {"name": "intruder", "labels": {"vkgate.io/team": "ml"}}
+    }
+    app.teams.reflector.store["lab-1"] = {
+        "metadata": {"name": "lab-1", "labels": {"vkgate.io/team": "ml"}}
+    }
+    app.templates.refused["conflict"] += 1
+    text = app.metrics.render().decode()
+    assert 'vkgate_team_labels_ignored{object="namespace",reason="not_allowed"} 1.0' in text
+    assert 'vkgate_template_configmaps_refused_total{reason="conflict"} 1.0' in text

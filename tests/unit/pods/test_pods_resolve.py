@@ -119,9 +119,10 @@ class NoLabels:
         return None
 
 
-async def test_the_team_comes_from_the_label_else_from_templates_teams() -> None:
-    """Live, a namespace without the team label still gets its team from templates.teams, so
-    ``{{ team }}`` is what ``vkgate render`` shows."""
+async def test_the_team_comes_from_templates_teams_else_from_an_allowed_label() -> None:
+    """Live, a namespace without the team label gets its team from templates.teams, so
+    ``{{ team }}`` is what ``vkgate render`` shows; a label counts where the operator lets the
+    namespace choose (tests/unit/pods/test_pods_team_rule.py: and the map wins over it)."""
     resolver = Resolver(
         NoLabels(),
         features=Features(),
@@ -129,7 +130,8 @@ async def test_the_team_comes_from_the_label_else_from_templates_teams() -> None
         node_name="vk",
         host_ip=lambda: "127.0.0.5",
         allocatable=dict,
-        teams={"ml": "ml-team", "lab": "ignored"},
+        teams={"ml": "ml-team"},
+        team_label_namespaces=["lab"],
     )
 
     def pod(ns: str) -> dict[str, Any]:

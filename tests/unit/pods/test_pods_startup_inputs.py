@@ -1,7 +1,9 @@
 """No pod is rendered before every input its rendering reads has loaded (gateway.inputs,
 docs/design/startup.md): a pod created while the template ConfigMaps — or the namespace team
 labels — cannot be listed waits, then renders with its team's template.  One node and two nodes
-sharing the process-wide inputs, on the fake API server and a fake clock.
+sharing the process-wide inputs, on the fake API server and a fake clock.  The operator lets
+the namespaces ``ml`` and ``late`` and the ConfigMap ``ml-templates`` choose their team by label
+(``OPERATOR``; docs/design/teams.md); any other label is ignored.
 
 The translator renders the real Nomad job (``NomadTranslator.render_spec``, what its ``create``
 submits) with the shared renderer and records it, over the simulated backend's lifecycle.
@@ -19,7 +21,7 @@ import pytest
 from pods_fakes import FakeKube, Polled, run_for, settle, sim_context
 
 from gateway.config import Settings, TemplateSettings
-from gateway.inputs import InputsGate
+from gateway.inputs import InputsGate, TeamRule
 from gateway.inputs.teams import NamespaceTeams
 from gateway.kube.events import EventRecorder
 from gateway.pods.controller import PodController
@@ -33,6 +35,10 @@ from vkgate_core.clock import FakeClock
 SYSTEM = "vkgate-system"
 CONFIGMAPS = f"/api/v1/namespaces/{SYSTEM}/configmaps"
 NAMESPACES = "/api/v1/namespaces"
+#: The operator's decision: which labels may choose a team.
+OPERATOR = TemplateSettings(
+    team_label_namespaces=["ml", "late"], team_label_configmaps=["ml-templates"]
+)
 TEAM_TEMPLATE = (
     '{% extends "nomad/job.j2" %}\n'
     "{% set backend_info = dict(backend_info, priority=80) %}\n"
@@ -104,17 +110,27 @@ def team_configmap() -> dict[str, Any]:
 
 
 async def start_process(
-    tmp_path: Path, kube: FakeKube, clock: FakeClock, nodes: list[str]
+    tmp_path: Path,
+    kube: FakeKube,
+    clock: FakeClock,
+    nodes: list[str],
+    operator: TemplateSettings = OPERATOR,
 ) -> Process:
-    renderer = renderer_from_settings(TemplateSettings(), kinds=["nomad"])
+    renderer = renderer_from_settings(operator, kinds=["nomad"])
     templates = TemplatesSource(
-        kube, renderer, namespace=SYSTEM, validator=lambda *_: [], clock=clock
+        kube,
+        renderer,
+        namespace=SYSTEM,
+        validator=lambda *_: [],
+        clock=clock,
+        rule=TeamRule.configmaps(operator),
     )
-    proc = Process(clock, kube, renderer, templates, NamespaceTeams(kube, clock=clock))  # type: ignore[arg-type]
+    teams = NamespaceTeams(kube, clock=clock, rule=TeamRule.namespaces(operator))  # type: ignore[arg-type]
+    proc = Process(clock, kube, renderer, templates, teams)
     await templates.start()
     await proc.teams.start()
     for node in nodes:  # as gateway.nodeunit builds each node: shared inputs + the node's own
-        settings = Settings()
+        settings = Settings(templates=operator)
         settings.node.name = node
         sim = SimulatedTranslator(
             sim_context(clock, node),
@@ -242,3 +258,49 @@ async def test_every_node_of_a_process_waits_for_the_shared_inputs(
         job = proc.job(key)
         assert job is not None and job["Priority"] == 80 and job["Meta"]["team"] == "ml"
     assert json.loads((tmp_path / "vk-a.json").read_text())  # the simulated workload exists
+
+
+async def test_a_namespace_labelled_with_another_teams_name_does_not_get_its_templates(
+    tmp_path: Path, kube: FakeKube, started: list[Process], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue row 6: the namespace owner of ``intruder`` labels it ``vkgate.io/team=ml``; the
+    operator did not let ``intruder`` choose, so its pod gets the default, a Warning Event
+    names the label and the setting, the log says it once, the metric counts it."""
+    kube.add(namespace("intruder", **{"vkgate.io/team": "ml"}))
+    proc = await start_process(tmp_path, kube, kube.clock, ["vk-1"])
+    started.append(proc)
+    kube.add(pod("intruder", "a", "vk-1"))
+    kube.add(pod("ml", "b", "vk-1"))
+    await run_for(kube.clock, 4)
+    job_a, job_b = proc.job("intruder/a"), proc.job("ml/b")
+    assert job_a is not None and job_b is not None
+    assert job_a["Priority"] == 50 and "team" not in job_a["Meta"]  # not ml's template
+    assert job_b["Priority"] == 80 and job_b["Meta"]["team"] == "ml"  # ml may choose: ml's
+    (event,) = [e for e in kube.events("TeamLabelIgnored")]
+    assert event["type"] == "Warning" and event["involvedObject"]["name"] == "a"
+    assert "namespace intruder: label vkgate.io/team='ml' ignored" in event["message"]
+    assert "templates.team_label_namespaces" in event["message"]
+    assert caplog.text.count("namespace intruder: label vkgate.io/team='ml' ignored") == 1
+    assert proc.teams.ignored() == {"not_allowed": 1}
+
+
+async def test_the_operator_may_let_a_namespace_choose_and_the_map_wins_over_its_label(
+    tmp_path: Path, kube: FakeKube, started: list[Process]
+) -> None:
+    kube.add(namespace("web-prod", **{"vkgate.io/team": "ml"}))
+    operator = TemplateSettings(
+        team_label_namespaces=["*"],
+        team_label_configmaps=["ml-templates"],
+        teams={"web-prod": "web"},
+    )
+    proc = await start_process(tmp_path, kube, kube.clock, ["vk-1"], operator)
+    started.append(proc)
+    kube.add(pod("ml", "a", "vk-1"))
+    kube.add(pod("web-prod", "b", "vk-1"))
+    await run_for(kube.clock, 4)
+    job_a, job_b = proc.job("ml/a"), proc.job("web-prod/b")
+    assert job_a is not None and job_a["Meta"]["team"] == "ml"  # "*": ml's label counts
+    assert job_b is not None and job_b["Priority"] == 50  # team web: no template of its own
+    (event,) = kube.events("TeamLabelIgnored")
+    assert "templates.teams makes it team 'web'" in event["message"]
+    assert proc.teams.ignored() == {"map_differs": 1}
