@@ -363,6 +363,16 @@ class WorkloadState:
     placed: bool = False
     pod_ip: str = ""
     host_ip: str = ""
+    #: ``pod_ip`` is the host's address, not the pod's own (host networking: Nomad's
+    #: ``network_mode = "host"``, Batch): the ports there belong to the host and its other
+    #: tenants, and only the pod's declared ``containerPort``s and ``host_ports`` are the
+    #: pod's — the only ones ``kubectl port-forward`` reaches (docs/kubelet.md,
+    #: "Port-forward").  False: the pod has a network namespace of its own (Nomad bridge /
+    #: CNI, Zun), where every port is the pod's.
+    host_network: bool = False
+    #: With ``host_network``: the ports the backend reserved for the workload on its host
+    #: (Nomad: the allocation's reserved and dynamic ports), in ascending order.
+    host_ports: tuple[int, ...] = ()
     started_at: _dt.datetime | None = None
     containers: tuple[ContainerState, ...] = ()
     init_containers: tuple[ContainerState, ...] = ()
@@ -383,6 +393,8 @@ class WorkloadState:
             placed=bool(d.get("placed", False)),
             pod_ip=str(d.get("pod_ip", "")),
             host_ip=str(d.get("host_ip", "")),
+            host_network=bool(d.get("host_network", False)),
+            host_ports=tuple(sorted(int(p) for p in d.get("host_ports", ()))),
             started_at=_parse_time(d.get("started_at")),
             containers=tuple(ContainerState.from_json(c) for c in d.get("containers", [])),
             init_containers=tuple(
@@ -450,8 +462,10 @@ class Features:
     max_containers: int | None = None
     #: A pod's ``status.podIP`` is an address vkgate can dial, where the pod's processes
     #: listen on their container ports (host networking: Nomad, Zun).  ``kubectl
-    #: port-forward`` then connects there when the translator is not a ``PortForwarder``;
-    #: False (and no ``PortForwarder``): port-forward is refused, naming the backend.
+    #: port-forward`` then connects there when the translator is not a ``PortForwarder``
+    #: (to the pod's own ports only when that address is its host's:
+    #: ``WorkloadState.host_network``); False (and no ``PortForwarder``): port-forward is
+    #: refused, naming the backend.
     routable_pod_ip: bool = False
     #: The ``securityContext`` restrictions the backend can enforce (names of
     #: ``translators.securitycontext.FIELDS``); a pod asking for another is refused.
@@ -638,7 +652,9 @@ class PortStream(Protocol):
 @runtime_checkable
 class PortForwarder(Protocol):
     """``kubectl port-forward`` through the backend's own tunnel to a pod.  Without it the
-    gateway dials ``status.podIP:port`` itself when ``Features.routable_pod_ip`` says so."""
+    gateway dials ``status.podIP:port`` itself when ``Features.routable_pod_ip`` says so.
+    Either way the gateway asks for a port of a ``WorkloadState.host_network`` pod only
+    when the pod declared it or the backend reserved it (``host_ports``)."""
 
     async def port_forward(self, ref: PodRef, port: int) -> PortStream:
         """A new connection to ``port`` of the pod.  A failure raises ``TranslatorError``

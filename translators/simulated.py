@@ -567,6 +567,8 @@ class SimulatedTranslator:
             phase=phase,
             placed=now >= rec.created,
             pod_ip=fake_ip(rec.ref.uid) if now >= start else "",
+            # an address of the pod's own (never contacted: no port-forward without a tunnel)
+            host_network=False,
             started_at=_ts(rec.created),
             containers=containers,
             init_containers=init,

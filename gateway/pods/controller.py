@@ -299,6 +299,9 @@ class PodController:
     def finished(self, uid: str) -> bool:
         return self.actor.acts.finished(uid)
 
+    def workload(self, uid: str) -> WorkloadState | None:
+        return self.view.get(uid)
+
     @property
     def stats(self) -> Mapping[str, int]:
         """Pod sync counters by name: this controller's, the actor's and the status manager's."""

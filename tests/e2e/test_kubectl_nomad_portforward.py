@@ -9,6 +9,11 @@ The ``web`` pod makes 1 MiB of random bytes, prints their sha256 and serves them
 sha256sum``: it reads until the client half-closes, then answers).  Every transfer is
 checked against the pod's own hash: the bytes arrive byte for byte, both ways.
 
+The task runs on its client's network (``network_mode = "host"``), so the pod's address is
+the client's, where the client's Nomad agent serves its API too: ``web`` declares its ports
+(Nomad reserves each), and port-forward reaches those and refuses the agent's
+(docs/kubelet.md, "Port-forward").
+
 What reaches vkgate is recorded too: kubectl's default WebSocket tunnel and its SPDY mode
 (``KUBECTL_PORT_FORWARD_WEBSOCKETS=false``) both arrive as SPDY ``portforward.k8s.io`` (the
 API server ends the tunnel); a WebSocket ``v4.channel.k8s.io`` client of the API server
@@ -36,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from podjson import pod_json
+from podjson import pod_json, pod_with
 from waiting import wait_until
 
 from devstack.agent import GatewayProcess
@@ -71,6 +76,7 @@ class Web:
     pod_ip: str
     http: int  # GET /blob: 1 MiB
     digest: int  # sha256 of what it is sent, after the client half-closed
+    quiet: int  # declared, nothing listens
     blob_sha: str
 
 
@@ -98,19 +104,23 @@ def gateway(
 @pytest.fixture(scope="module")
 def web(gateway: GatewayProcess, kubectl: Any) -> Iterator[Web]:
     name = f"web-{uuid.uuid4().hex[:5]}"
-    http, digest = free_port(), free_port()
+    http, digest, quiet = free_port(), free_port(), free_port()
     script = (
         'd="$NOMAD_TASK_DIR/www"; mkdir -p "$d"; head -c 1048576 /dev/urandom > "$d/blob"; '
         'echo "blob $(sha256sum "$d/blob" | cut -d" " -f1)"; '
         f"busybox nc -ll -p {digest} -e sha256sum & "
         f'exec busybox httpd -f -p {http} -h "$d"'
     )
-    kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=pod_json(name, gateway.node_name, command=["/bin/sh", "-c", script]),
-    )
+    container = {
+        "name": "app",
+        "command": ["/bin/sh", "-c", script],
+        "ports": [
+            {"name": "http", "containerPort": http},
+            {"name": "digest", "containerPort": digest},
+            {"name": "quiet", "containerPort": quiet},
+        ],
+    }
+    kubectl("apply", "-f", "-", input=pod_with(name, gateway.node_name, container, policy="Never"))
     wait_until(f"{name} Running", lambda: phase(kubectl, name) == "Running")
 
     def blob_sha() -> str:
@@ -129,7 +139,7 @@ def web(gateway: GatewayProcess, kubectl: Any) -> Iterator[Web]:
         return True
 
     wait_until(f"{name} listening on {pod_ip}", listening, timeout=20)
-    yield Web(name, uid, pod_ip, http, digest, sha)
+    yield Web(name, uid, pod_ip, http, digest, quiet, sha)
     kubectl("delete", "pod", name, "--wait=false", check=False)
 
 
@@ -297,7 +307,7 @@ def test_port_forward_moves_a_mebibyte_both_ways_and_many_connections_at_once(
 def test_port_forward_to_a_closed_port_shows_the_kubelets_error(
     web: Web, control_plane: Any, kubectl_path: Path
 ) -> None:
-    closed = free_port()
+    closed = web.quiet  # declared (Nomad reserved it for the pod), nothing listens
     with port_forward(control_plane, kubectl_path, web.name, closed) as ((local,), err):
         with socket.create_connection(("127.0.0.1", local), timeout=30) as s:
             s.settimeout(30)
@@ -312,6 +322,59 @@ def test_port_forward_to_a_closed_port_shows_the_kubelets_error(
         lines = err.drain(10)
         assert any(ln.endswith(expected) for ln in lines), lines
         assert lines[-1] == "error: lost connection to pod", lines
+
+
+def client_agent_port(nomad: Any, ip: str) -> int:
+    """The HTTP port of the Nomad client agent at ``ip`` (its ``Node.HTTPAddr``)."""
+    for stub in nomad.nodes():
+        host, _, port = str(nomad.get(f"/v1/node/{stub['ID']}").get("HTTPAddr", "")).rpartition(":")
+        if host == ip:
+            return int(port)
+    raise AssertionError(f"no Nomad client agent at {ip}")
+
+
+@pytest.mark.parametrize("websockets", [None, "false"], ids=["default-websocket", "spdy"])
+def test_port_forward_reaches_the_pods_ports_and_not_its_clients_agent(
+    gateway: GatewayProcess,
+    web: Web,
+    nomad_agent: Any,
+    control_plane: Any,
+    kubectl_path: Path,
+    websockets: str | None,
+) -> None:
+    """Host networking: the pod's address is its client's, where the client's Nomad agent
+    serves its API.  A declared port is forwarded; the agent's port, which the pod did not
+    declare and Nomad did not reserve for it, is refused without being dialled."""
+    agent = client_agent_port(nomad_agent, web.pod_ip)
+    assert agent not in (web.http, web.digest, web.quiet)
+    with socket.create_connection((web.pod_ip, agent), timeout=5):
+        pass  # the agent answers at the pod's address: what a dial would reach
+    with port_forward(
+        control_plane, kubectl_path, web.name, web.http, agent, websockets=websockets
+    ) as ((http, local), err):
+        body = http_get(http, "/blob")  # the declared port works
+        assert hashlib.sha256(body).hexdigest() == web.blob_sha
+        with socket.create_connection(("127.0.0.1", local), timeout=30) as s:
+            s.settimeout(30)
+            with contextlib.suppress(ConnectionResetError):
+                assert s.recv(100) == b""  # closed without a byte of the agent's
+        allowed = ", ".join(str(p) for p in sorted((web.http, web.digest, web.quiet)))
+        expected = (
+            f'"An error occurred forwarding" err="error forwarding port {agent} to pod '
+            f"default/{web.name}, uid {web.uid}: port {agent} is not declared by the pod "
+            "(host network: its address is its host's, and port-forward reaches only its "
+            f'declared containerPorts and the ports reserved for it: {allowed})" '
+            f"localPort={local} remotePort={agent}"
+        )
+        lines = err.drain(10)
+        assert any(ln.endswith(expected) for ln in lines), lines
+        assert lines[-1] == "error: lost connection to pod", lines
+    refused = wait_until(
+        "the refusal in vkgate's log",
+        lambda: kubelet_lines(gateway, web.name, f"{agent}: port {agent} is not declared"),
+        timeout=15,
+    )
+    assert refused
 
 
 async def test_websocket_client_of_the_api_server_forwards_too(

@@ -19,7 +19,7 @@ completed, no exit code      Failed      terminated 1 ``ContainerCannotRun``, or
 ===========================  ==========  =========================================================
 
 ``restartCount`` = ``retryCount``; ``hostIP``/``podIP`` = the compute node's IP (containers use the
-host network); ``startTime`` = the first ``executionInfo.startTime``, else ``creationTime``;
+host network: ``host_network``, with no ``host_ports`` — Batch reserves none); ``startTime`` = the first ``executionInfo.startTime``, else ``creationTime``;
 ``containerID`` = ``batch://<job>/<task>``.  While init tasks have not all succeeded the main
 container waits with ``PodInitializing``; a failed init task fails the pod.
 """
@@ -309,6 +309,7 @@ def workload_state(
         placed=placed,
         pod_ip=host_ip,
         host_ip=host_ip,
+        host_network=True,
         started_at=started,
         containers=containers,
         init_containers=init_states,

@@ -43,6 +43,12 @@ words (and so the Warning Events ``gateway.pods.status`` records from the contai
 job, less the restart Nomad has scheduled but not made yet while the task waits (the kubelet
 counts a restart when it starts the container); ``lastState`` = the ``Terminated`` event before the current run.
 
+The pod's address (``pod_ip``): the allocation's own with bridge / CNI networking, else its
+client's — host networking, where the ports of that address are the client's and its other
+tenants': the state says so (``host_network``) and names the ports Nomad reserved for the
+allocation (``host_ports``), the only ones besides the pod's declared ``containerPort``s
+that ``kubectl port-forward`` reaches (docs/design/nomad.md, "Pod networking").
+
 Which tasks are init containers is recorded in the job's ``Meta`` (``vkgate.containers``,
 ``vkgate.init_containers``) when vkgate submits the job, because allocation stubs and events do
 not carry the job spec.
@@ -486,6 +492,32 @@ def pod_ip(alloc: Mapping[str, Any], host_ip: str, *, own_address: bool = False)
     return host_ip
 
 
+def on_host_network(alloc: Mapping[str, Any], *, own_address: bool = False) -> bool:
+    """The pod's address is its client's (``pod_ip``'s host networking): no address of the
+    allocation's own, and none expected (``own_address``).  Decided from the allocation as
+    well as the job's mode: an allocation that has an address of its own is in its own
+    network namespace, whatever the job's ``Meta`` says."""
+    return not own_address and not (alloc.get("NetworkStatus") or {}).get("Address")
+
+
+def host_ports(alloc: Mapping[str, Any]) -> tuple[int, ...]:
+    """The ports Nomad reserved for the allocation on its client: the group network's ports
+    (``AllocatedResources.Shared.Ports`` and the ``ReservedPorts`` / ``DynamicPorts`` of its
+    ``Networks``; list stubs carry both), static and dynamic alike.  Task-level networks
+    (deprecated since Nomad 0.12, in full allocations only) are not read: a state must not
+    change between a stub and a full allocation."""
+    shared = (alloc.get("AllocatedResources") or {}).get("Shared") or {}
+    ports: set[int] = set()
+    entries = [*(shared.get("Ports") or [])]
+    for network in shared.get("Networks") or []:
+        entries += [*(network.get("ReservedPorts") or []), *(network.get("DynamicPorts") or [])]
+    for entry in entries:
+        value = entry.get("Value") if isinstance(entry, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536:
+            ports.add(value)
+    return tuple(sorted(ports))
+
+
 def needs_address(view: JobView) -> JSON | None:
     """The newest allocation when it runs with an address of its own that no payload brought
     (a backstop list returns stubs without ``NetworkStatus``), else None."""
@@ -599,6 +631,7 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         # replacement runs
         main_states = tuple(replace(c, ready=False) for c in main_states)
     host_ip = (node_ips or {}).get(str(alloc.get("NodeID", "")), "")
+    shares_host = on_host_network(alloc, own_address=view.own_address)
     return WorkloadState(
         ref=view.ref,
         backend_id=view.job_id,
@@ -608,6 +641,8 @@ def workload_state(view: JobView, *, node_ips: Mapping[str, str] | None = None) 
         placed=True,
         pod_ip=pod_ip(alloc, host_ip, own_address=view.own_address),
         host_ip=host_ip,
+        host_network=shares_host,
+        host_ports=host_ports(alloc) if shares_host else (),
         started_at=parse_time(alloc.get("CreateTime")),
         containers=_with_image_ids(main_states, view.image_ids),
         init_containers=_with_image_ids(init_states, view.image_ids),

@@ -20,7 +20,9 @@ table leaves open:
   Zun, counted from ``Restarting`` transitions only.
 * **hostIP**: Zun's ``host`` is an admin-only *hostname*; it is used only when it is an IP
   address, else left empty (the gateway then reports the node's InternalIP).
-* **podIP**: the first IPv4 address of ``addresses`` (the old provider took the last).
+* **podIP**: the first IPv4 address of ``addresses`` (the old provider took the last).  It is
+  the container's (capsule's) own Neutron port, in a network namespace of its own: never
+  ``host_network``, so ``kubectl port-forward`` reaches any of its ports, as a kubelet's does.
 * Capsule containers are matched to pod container names **by index** (Zun renames them); the
   names come from the capsule's annotations (≥1.38) or labels.
 """
@@ -290,6 +292,7 @@ def container_workload(
         placed=_placed(c),
         pod_ip=pod_ip(c.get("addresses")),
         host_ip=host_ip(c.get("host")),
+        host_network=False,  # its own address (module docstring, "podIP")
         started_at=parse_time(c.get("created_at")),
         containers=(state,),
         node_name=str(labels.get(LABEL_NODE) or ""),
@@ -412,6 +415,7 @@ def capsule_workload(
         placed=_placed(cap),
         pod_ip=pod_ip(cap.get("addresses")),
         host_ip=host_ip(cap.get("host")),
+        host_network=False,  # its own address (module docstring, "podIP")
         started_at=parse_time(cap.get("created_at")),
         containers=main_states,
         init_containers=init_states,

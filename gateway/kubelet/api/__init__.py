@@ -8,10 +8,11 @@ server (ownmetrics.py: ``MetricsServer`` on ``kubelet.metrics_address``, ``Readi
 
 Internal (each says so in its docstring; tests reach them by module): the handlers
 ``attach``, ``logs``, ``portforward``, ``stats`` and what they use, ``metrics`` (the
-``/metrics/resource`` text) and ``dial`` (a TCP connection to a pod's port).  Layers
-(.importlinter, ``kubelet-api-layers``): routes over the handlers over ``dial`` and
-``metrics``; the package sits over the stream protocols (``gateway.kubelet.streams``) and the
-HTTP server (``gateway.kubelet.server``), and never imports authentication.
+``/metrics/resource`` text), ``dial`` (a TCP connection to a pod's port) and ``podports``
+(which ports port-forward may reach).  Layers (.importlinter, ``kubelet-api-layers``): routes
+over the handlers over ``dial``, ``metrics`` and ``podports``; the package sits over the
+stream protocols (``gateway.kubelet.streams``) and the HTTP server
+(``gateway.kubelet.server``), and never imports authentication.
 """
 
 from gateway.kubelet.api.ownmetrics import MetricsServer, Readiness, path_class

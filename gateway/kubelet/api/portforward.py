@@ -20,7 +20,10 @@ port-forward"; docs/kubelet.md, "Port-forward"):
 Where a connection goes: the translator's ``PortForwarder`` when it has one (a tunnel of the
 backend's own); else, when ``Features.routable_pod_ip``, a TCP connection to the pod's
 ``status.podIP`` and the port (``gateway.kubelet.api.dial``); else the request is refused with
-``501`` naming the backend, before any upgrade.
+``501`` naming the backend, before any upgrade.  Either way only a port of the pod's is
+connected to: with host networking the pod's address is its host's, and a port that is not
+the pod's (``gateway.kubelet.api.podports``, asked once per request) is refused on the
+connection's error stream without being dialled.
 
 A connection that cannot be made, or breaks, is reported on its error stream as the kubelet
 words it — ``error forwarding port 8080 to pod default/web, uid 1f…: dial tcp 10.0.0.5:8080:
@@ -47,11 +50,19 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.kubelet import streams
+from gateway.kubelet.api import podports
 from gateway.kubelet.api.dial import dial
 from gateway.kubelet.server import Exchange, HttpError, Request
 from gateway.kubelet.streams import spdy, websocket
 from gateway.metrics import Metrics
-from translators.base import PodRef, PortForwarder, PortStream, Translator, TranslatorError
+from translators.base import (
+    PodRef,
+    PortForwarder,
+    PortStream,
+    Translator,
+    TranslatorError,
+    WorkloadState,
+)
 from vkgate_core.kubetypes import Pod
 
 log = logging.getLogger(__name__)
@@ -67,9 +78,29 @@ Opener = Callable[[int], Awaitable[PortStream]]
 # --------------------------------------------------------------------------- where to
 
 
-def opener(translator: Translator, pod: Pod, ref: PodRef) -> Opener:
+class NotThePodsPort(Exception):
+    """A port of the pod's address that is not the pod's (``podports``); the message goes on
+    the connection's error stream."""
+
+
+def opener(translator: Translator, pod: Pod, ref: PodRef, state: WorkloadState | None) -> Opener:
     """How this pod's connections are made; ``HttpError`` (before any upgrade) when they
-    cannot be: ``501`` for a backend without a way, ``500`` for a pod without an address."""
+    cannot be: ``501`` for a backend without a way, ``500`` for a pod without an address.
+    ``state`` is the workload's latest (None: not known yet); it decides which ports are the
+    pod's, and a connection to another raises ``NotThePodsPort`` without being made."""
+    way = _way(translator, pod, ref)
+    reach = podports.reach(pod, state)
+
+    async def to_the_pods_port(port: int) -> PortStream:
+        refused = reach.refusal(port)
+        if refused:
+            raise NotThePodsPort(refused)
+        return await way(port)
+
+    return to_the_pods_port
+
+
+def _way(translator: Translator, pod: Pod, ref: PodRef) -> Opener:
     if isinstance(translator, PortForwarder):
         forwarder = translator
 
@@ -208,7 +239,7 @@ class Forwarding:
         """One forwarded connection from start to end; the error text ("" on success)."""
         try:
             conn = await self.opener(port)
-        except (TranslatorError, OSError) as exc:
+        except (NotThePodsPort, TranslatorError, OSError) as exc:
             log.info("port-forward %s:%d: %s", self.ref.key, port, exc)
             return self.error_text(port, str(exc))
         gauge = self.metrics.portforward_connections if self.metrics is not None else None

@@ -43,6 +43,7 @@ from translators.base import (
     Translator,
     TranslatorError,
     UnsupportedError,
+    WorkloadState,
 )
 from vkgate_core.clock import Clock
 from vkgate_core.kubetypes import Pod
@@ -62,6 +63,11 @@ class PodLookup(Protocol):
 
     def finished(self, uid: str) -> bool:
         """True once the agent sent the pod's final delete (its cached copy may lag)."""
+        ...
+
+    def workload(self, uid: str) -> WorkloadState | None:
+        """The latest state the backend reported for the pod's workload; None while none is
+        known (port-forward then reaches only the pod's declared ports)."""
         ...
 
 
@@ -270,8 +276,9 @@ class KubeletAPI:
             raise HttpError(400, "expected /portForward/<namespace>/<pod>[/<uid>]")
         pod = await self._pod(args[0], args[1], args[2] if len(args) == 3 else "")
         ref = PodRef(args[0], args[1], str((pod.get("metadata") or {}).get("uid", "")))
+        state = self.pods.workload(ref.uid)
         forwarding = portforward.Forwarding(
-            ref, portforward.opener(self.translator, pod, ref), self.metrics
+            ref, portforward.opener(self.translator, pod, ref, state), self.metrics
         )
         await portforward.serve(
             req,

@@ -18,6 +18,7 @@ from translators.base import (
     LogOptions,
     NodeUsage,
     PodRef,
+    WorkloadState,
 )
 
 # --------------------------------------------------------------------------- SPDY client
@@ -228,14 +229,18 @@ class LogsOnlyTranslator:
 
 
 class DictPods:
-    """``PodLookup`` over a dict keyed ``ns/name``."""
+    """``PodLookup`` over a dict keyed ``ns/name``; ``states`` are the workloads' (by uid)."""
 
     def __init__(self, *pods: dict[str, Any]) -> None:
         self.by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
         self.finished_uids: set[str] = set()
+        self.states: dict[str, WorkloadState] = {}
 
     def finished(self, uid: str) -> bool:
         return uid in self.finished_uids
+
+    def workload(self, uid: str) -> WorkloadState | None:
+        return self.states.get(uid)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.by_key.get(f"{namespace}/{name}")

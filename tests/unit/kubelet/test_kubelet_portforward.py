@@ -12,9 +12,9 @@ import hashlib
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from kubelet_helpers import DictPods, SpdyTestClient, pod
@@ -28,7 +28,7 @@ from gateway.kubelet.api.routes import KubeletAPI
 from gateway.kubelet.server import HttpServer
 from gateway.kubelet.streams import spdy
 from gateway.metrics import Metrics
-from translators.base import BackendUnavailable, Features, PodRef, PortForwarder
+from translators.base import BackendUnavailable, Features, PodRef, PortForwarder, WorkloadState
 from vkgate_core.clock import SystemClock
 
 MIB = 1024 * 1024
@@ -150,14 +150,35 @@ class Env:
         )
 
 
-async def start(translator: Any, *, pod_ip: str = "127.0.0.1", timeout: float = 5.0) -> Env:
+def own_namespace(pod_ip: str) -> WorkloadState:
+    """The workload of a pod with a network namespace of its own (every port is the pod's)."""
+    return WorkloadState(ref=PodRef("default", "p", "uid-1"), backend_id="w", pod_ip=pod_ip)
+
+
+async def start(
+    translator: Any,
+    *,
+    pod_ip: str = "127.0.0.1",
+    timeout: float = 5.0,
+    state: WorkloadState | Literal["own"] | None = "own",
+    ports: Sequence[int] = (),
+) -> Env:
+    """The kubelet API in front of pod ``default/p``, whose workload is ``state`` (``own``:
+    a network namespace of its own, at ``pod_ip``); ``ports`` are its declared
+    ``containerPort``s (container ``app``)."""
     p = pod()
     if pod_ip:
         p["status"]["podIP"] = pod_ip
+    p["spec"]["containers"][0]["ports"] = [{"containerPort": n} for n in ports]
+    pods = DictPods(p)
+    if state == "own":
+        state = own_namespace(pod_ip)
+    if state is not None:
+        pods.states["uid-1"] = state
     metrics = Metrics(process=False)
     api = KubeletAPI(
         node_name="vk-1",
-        pods=DictPods(p),
+        pods=pods,
         translator=translator,
         clock=SystemClock(),
         started=_dt.datetime.now(_dt.UTC),
@@ -456,6 +477,141 @@ async def test_unknown_pod_or_uid_is_404(env: Env) -> None:
         client, head = await env.spdy(path)
         assert head.startswith(b"HTTP/1.1 404"), head
         client.writer.close()
+
+
+# --------------------------------------------------------------------------- host network
+
+
+HOST_NETWORK = (
+    "host network: its address is its host's, and port-forward reaches only its declared "
+    "containerPorts and the ports reserved for it"
+)
+
+
+def host_network(*reserved: int) -> WorkloadState:
+    """Nomad's ``network_mode = "host"``: the pod's address is its client's."""
+    return WorkloadState(
+        ref=PodRef("default", "p", "uid-1"),
+        backend_id="w",
+        pod_ip="127.0.0.1",
+        host_ip="127.0.0.1",
+        host_network=True,
+        host_ports=tuple(sorted(reserved)),
+    )
+
+
+@dataclass
+class HostNetwork:
+    """A host-network pod at 127.0.0.1: its declared port, a port reserved for it, and a
+    listener of its host's that is not the pod's (a Nomad agent's API)."""
+
+    env: Env
+    host: PodServers
+    app: int
+    reserved: int
+    agent: int
+
+    def refused(self, port: int) -> str:
+        allowed = ", ".join(str(p) for p in sorted((self.app, self.reserved)))
+        return (
+            f"error forwarding port {port} to pod default/p, uid uid-1: port {port} is not "
+            f"declared by the pod ({HOST_NETWORK}: {allowed})"
+        )
+
+
+@pytest.fixture
+async def hostnet() -> AsyncIterator[HostNetwork]:
+    pods, host = PodServers(), PodServers()
+    app, reserved = await pods.serve(echo), await pods.serve(echo)
+    agent = await host.serve(echo)
+    e = await start(RoutableTranslator(), state=host_network(reserved), ports=[app])
+    await e.pods.close()
+    e.pods = pods
+    yield HostNetwork(e, host, app, reserved, agent)
+    await e.server.stop()
+    await pods.close()
+    await host.close()
+
+
+async def test_spdy_host_network_reaches_the_pods_ports_and_refuses_its_hosts(
+    hostnet: HostNetwork,
+) -> None:
+    client, _ = await hostnet.env.spdy()
+    app_err, app = await open_pair(client, hostnet.app, "0")
+    res_err, res = await open_pair(client, hostnet.reserved, "1")
+    agent_err, agent = await open_pair(client, hostnet.agent, "2")
+    await client.write(app, b"to the app", fin=True)
+    await client.write(res, b"to a reserved port", fin=True)
+    await client.until(lambda: {app_err, app, res_err, res, agent_err, agent} <= client.fin)
+    assert bytes(client.data[app]) == b"to the app" and client.data[app_err] == b""
+    assert bytes(client.data[res]) == b"to a reserved port" and client.data[res_err] == b""
+    assert bytes(client.data[agent_err]).decode() == hostnet.refused(hostnet.agent)
+    assert client.data[agent] == b""
+    assert hostnet.host.accepted == 0  # never dialled
+    assert hostnet.env.pods.accepted == 2
+    client.writer.close()
+
+
+async def test_websocket_host_network_reaches_the_pods_ports_and_refuses_its_hosts(
+    hostnet: HostNetwork,
+) -> None:
+    got: dict[int, bytearray] = {c: bytearray() for c in range(4)}
+    async with hostnet.env.ws(f"port={hostnet.app},{hostnet.agent}") as ws:
+        await ws.send(b"\x00to the app")
+        while len(got[0]) < 2 + len(b"to the app") or len(got[3]) <= 2:
+            msg = await asyncio.wait_for(ws.recv(), 10)
+            assert isinstance(msg, bytes)
+            got[msg[0]] += msg[1:]
+    assert bytes(got[0][2:]) == b"to the app"
+    assert bytes(got[3][2:]).decode() == hostnet.refused(hostnet.agent)
+    assert bytes(got[2]) == struct.pack("<H", hostnet.agent)
+    assert hostnet.host.accepted == 0
+
+
+async def test_a_workload_not_known_yet_gets_only_its_declared_ports() -> None:
+    """After a restart, before the backend's first list: the address may be the host's."""
+    pods, host = PodServers(), PodServers()
+    app, other = await pods.serve(echo), await host.serve(echo)
+    e = await start(RoutableTranslator(), state=None, ports=[app])
+    try:
+        client, _ = await e.spdy()
+        app_err, app_data = await open_pair(client, app, "0")
+        other_err, other_data = await open_pair(client, other, "1")
+        await client.write(app_data, b"declared", fin=True)
+        await client.until(lambda: {app_err, app_data, other_err, other_data} <= client.fin)
+        assert bytes(client.data[app_data]) == b"declared"
+        assert bytes(client.data[other_err]).decode() == (
+            f"error forwarding port {other} to pod default/p, uid uid-1: port {other} is not "
+            "declared by the pod (its network is not known: until the backend reports the "
+            f"address it runs at, port-forward reaches only its declared containerPorts: {app})"
+        )
+        assert host.accepted == 0
+        client.writer.close()
+    finally:
+        await e.server.stop()
+        await pods.close()
+        await host.close()
+
+
+async def test_a_backend_tunnel_is_not_asked_for_a_port_of_the_host() -> None:
+    tr = TunnelTranslator()
+    e = await start(tr, state=host_network(), ports=[8080])
+    try:
+        client, _ = await e.spdy()
+        err, data = await open_pair(client, 8080, "0")
+        await client.write(data, b"GET /", fin=True)
+        agent_err, _agent = await open_pair(client, 4646, "1")
+        await client.until(lambda: {err, data, agent_err} <= client.fin)
+        assert bytes(client.data[data]) == b"tunnelled:GET /"
+        assert (
+            bytes(client.data[agent_err])
+            .decode()
+            .endswith(f"port 4646 is not declared by the pod ({HOST_NETWORK}: 8080)")
+        )
+        assert tr.calls == [(PodRef("default", "p", "uid-1"), 8080)]
+        client.writer.close()
+    finally:
+        await e.server.stop()
 
 
 # --------------------------------------------------------------------------- WebSocket

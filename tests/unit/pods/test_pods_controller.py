@@ -331,6 +331,20 @@ async def test_env_secret_podip_and_expansion_reach_the_backend(h: Harness) -> N
     assert rec.extra["containers"]["app"]["command"] == ["serve", f"--bind={ip}:8080"]
 
 
+async def test_the_kubelet_api_reads_the_workloads_latest_state(h: Harness) -> None:
+    """``PodLookup.workload``: what port-forward asks for the pod's network
+    (docs/kubelet.md, "Port-forward") is the state the backend last reported."""
+    ctl = await h.start()
+    h.kube.add(pod("web"))
+    await run_for(h.clock, 8)
+    p = h.kube.pod("web")
+    assert p is not None and p["status"]["phase"] == "Running"
+    state = ctl.workload(p["metadata"]["uid"])
+    assert state is not None and state.pod_ip == p["status"]["podIP"]
+    assert not state.host_network  # the simulated pod has an address of its own
+    assert ctl.workload("no-such-uid") is None
+
+
 async def test_restart_adopts_and_cleans_orphans(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     await h.start()

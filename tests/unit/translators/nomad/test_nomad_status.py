@@ -13,6 +13,7 @@ from translators.nomad.placements import placement_from, placement_text
 from translators.nomad.status import (
     JobView,
     container_state,
+    host_ports,
     needs_address,
     parse_time,
     pod_ip,
@@ -233,6 +234,72 @@ def test_a_bridge_job_has_its_allocations_address_and_none_before_it_is_known() 
     host.allocs["a"] = dict(stub)
     assert host.network_mode == "host" and needs_address(host) is None
     assert workload_state(host, node_ips=ips).pod_ip == "198.51.100.21"
+
+
+#: A host-mode allocation of a pod declaring 8080, with a dynamic port a template added
+#: (``Shared.Ports``) and the group network's view of the same (``Shared.Networks``), as list
+#: stubs carry them.
+HOST_ALLOC = {
+    "ID": "a",
+    "NodeID": "c1",
+    "ClientStatus": "running",
+    "AllocatedResources": {
+        "Shared": {
+            "Ports": [
+                {"Label": "http", "Value": 8080, "To": 8080, "HostIP": "198.51.100.21"},
+                {"Label": "metrics", "Value": 23456, "To": 0, "HostIP": "198.51.100.21"},
+            ],
+            "Networks": [
+                {
+                    "Mode": "host",
+                    "IP": "198.51.100.21",
+                    "ReservedPorts": [{"Label": "http", "Value": 8080, "To": 8080}],
+                    "DynamicPorts": [{"Label": "metrics", "Value": 23456}, {"Label": "x"}],
+                }
+            ],
+        }
+    },
+}
+
+
+def test_a_host_mode_pod_is_on_its_clients_network_with_its_reserved_ports() -> None:
+    """Host networking: the pod's address is the client's, so the state says so and names
+    the ports Nomad reserved for the allocation — port-forward reaches no other
+    (docs/design/nomad.md, "Pod networking")."""
+    assert host_ports(HOST_ALLOC) == (8080, 23456)
+    v = JobView.from_job({"ID": "h", "Meta": {"k8s.name": "web"}})
+    v.allocs["a"] = dict(HOST_ALLOC)
+    st = workload_state(v, node_ips={"c1": "198.51.100.21"})
+    assert st.pod_ip == "198.51.100.21"
+    assert st.host_network and st.host_ports == (8080, 23456)
+    # a pod without ports: on the client's network all the same, nothing reserved
+    bare = JobView.from_job({"ID": "b", "Meta": {}})
+    bare.allocs["a"] = {"ID": "a", "NodeID": "c1", "ClientStatus": "running"}
+    st = workload_state(bare, node_ips={"c1": "198.51.100.21"})
+    assert st.host_network and st.host_ports == ()
+
+
+@pytest.mark.parametrize("mode", ["bridge", "cni/vknet"])
+def test_a_bridge_or_cni_pod_has_a_network_namespace_of_its_own(mode: str) -> None:
+    v = JobView.from_job({"ID": "j", "Meta": {"vkgate.network": mode}})
+    v.allocs["a"] = {**HOST_ALLOC, "NetworkStatus": {"Address": "203.0.113.7"}}
+    st = workload_state(v, node_ips={"c1": "198.51.100.21"})
+    assert (st.pod_ip, st.host_network, st.host_ports) == ("203.0.113.7", False, ())
+    v.allocs["a"] = dict(HOST_ALLOC)  # its address not known yet: no address, no ports
+    st = workload_state(v, node_ips={"c1": "198.51.100.21"})
+    assert (st.pod_ip, st.host_network) == ("", False)
+
+
+def test_an_allocation_with_its_own_address_is_not_on_the_host_whatever_meta_says() -> None:
+    v = JobView.from_job({"ID": "h", "Meta": {}})  # host by Meta
+    v.allocs["a"] = {**HOST_ALLOC, "NetworkStatus": {"Address": "203.0.113.7"}}
+    st = workload_state(v, node_ips={"c1": "198.51.100.21"})
+    assert (st.pod_ip, st.host_network) == ("203.0.113.7", False)
+
+
+def test_no_allocation_yet_is_no_address_and_no_ports() -> None:
+    st = workload_state(view())
+    assert (st.pod_ip, st.host_network, st.host_ports) == ("", False, ())
 
 
 @pytest.mark.parametrize("client_status", ["pending", "complete", "failed", "lost"])
