@@ -121,8 +121,11 @@ def test_one_c_call_that_holds_the_gil_is_killed_with_its_line(
     assert "render time limit exceeded (1 s; the render worker was killed" in str(err)
     # the frame that was stuck: the included template's line, not the includer's
     assert (err.template, err.line) == ("t/hash.j2", line)
-    assert took < 1.0 + pool.grace + 1.0
-    assert stalls.worst < 0.2
+    # the bounds hold what matters with room for a loaded machine (a busy 2-core CI box
+    # stalled a thread 0.2 s): in the agent's process the hash would stall every thread for
+    # hours and the render would never end, so seconds of slack still tell the two apart
+    assert took < 1.0 + pool.grace + 5.0
+    assert stalls.worst < 0.5
     assert pool.replaced == 1
     assert renderer.render("t/ok.j2", {"x": 1, "meta": {"name": "p"}}, schema="")["a"] == 1
 
