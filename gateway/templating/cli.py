@@ -141,6 +141,7 @@ def render_main(
         daemonsets=settings.node.daemonsets,
         can_exec=spec_renderer.can_exec,
         ignore_pod_fields=settings.node.ignore_pod_fields,
+        allow_probe_host=settings.probes.allow_host,
     )
 
     def explain(choice: Any) -> None:

@@ -284,13 +284,14 @@ def resolve(
     daemonsets: str = "refuse",
     can_exec: bool = False,
     ignore_pod_fields: Collection[str] = (),
+    allow_probe_host: bool = False,
 ) -> Resolved:
     """Resolve ``inputs`` with the agent's own ``Resolver`` (see ``FileLookups``).
 
     ``team`` (``--team``) wins over the Namespace document's label; ``teams`` is the config's
     namespace → team map; ``host_ip``, ``allocatable``, ``daemonsets``, ``can_exec`` (the
-    backend runs commands in containers: ``SpecRenderer.can_exec``) and ``ignore_pod_fields``
-    stand for the node's."""
+    backend runs commands in containers: ``SpecRenderer.can_exec``), ``ignore_pod_fields`` and
+    ``allow_probe_host`` (``probes.allow_host``) stand for the node's."""
     pod = inputs.pod
     lookups = FileLookups(inputs, team=team)
     resolver = Resolver(
@@ -304,6 +305,7 @@ def resolve(
         daemonsets=daemonsets,
         can_exec=can_exec,
         ignore_pod_fields=ignore_pod_fields,
+        allow_probe_host=allow_probe_host,
     )
     res = _run(resolver.resolve(pod))
     notes = list(dict.fromkeys(lookups.notes))
