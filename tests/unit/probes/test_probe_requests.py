@@ -41,7 +41,7 @@ class Listener:
             self.handlers.append(task)
             got = bytearray()
             try:
-                async with asyncio.timeout(0.5):
+                async with asyncio.timeout(5):
                     got += await r.readuntil(b"\r\n\r\n")
                     w.write(self.reply)
                     await w.drain()
@@ -81,7 +81,7 @@ def target(port: int = 8080, pod_ip: str = "127.0.0.1") -> Target:
 async def test_a_smuggling_attempt_is_never_written_to_the_socket(action: dict[str, Any]) -> None:
     async with Listener() as srv:
         res = await Handlers(executor=None).run(
-            "httpGet", {**action, "port": srv.port}, target(), 1.0
+            "httpGet", {**action, "port": srv.port}, target(), 5.0
         )
         await asyncio.sleep(0.05)
     assert not res.ok
@@ -97,7 +97,7 @@ async def test_a_valid_request_is_one_request_with_the_headers_as_given() -> Non
             "port": "http",
             "httpHeaders": [{"name": "X-Probe", "value": " tab\there "}],
         }
-        res = await Handlers(executor=None).run("httpGet", action, target(srv.port), 1.0)
+        res = await Handlers(executor=None).run("httpGet", action, target(srv.port), 5.0)
         await asyncio.sleep(0.05)
     assert res.ok
     (sent,) = srv.received
@@ -119,7 +119,7 @@ REPLIES = {
 @pytest.mark.parametrize("reply", list(REPLIES), ids=list(REPLIES))
 async def test_a_failure_never_carries_the_targets_bytes(reply: str) -> None:
     async with Listener(REPLIES[reply]) as srv:
-        res = await Handlers(executor=None).run("httpGet", {"port": srv.port}, target(), 1.0)
+        res = await Handlers(executor=None).run("httpGet", {"port": srv.port}, target(), 5.0)
     assert not res.ok
     assert "s3cr3t" not in res.output and "SSH" not in res.output
     url = f"http://127.0.0.1:{srv.port}/"
@@ -133,7 +133,7 @@ async def test_a_failure_never_carries_the_targets_bytes(reply: str) -> None:
 
 async def test_a_closed_connection_without_a_reply_is_eof() -> None:
     async with Listener(b"") as srv:
-        res = await Handlers(executor=None).run("httpGet", {"port": srv.port}, target(), 1.0)
+        res = await Handlers(executor=None).run("httpGet", {"port": srv.port}, target(), 5.0)
     assert res.output == f'Get "http://127.0.0.1:{srv.port}/": EOF'
 
 
@@ -143,23 +143,23 @@ async def test_a_host_other_than_the_pods_is_not_dialled(handler: str) -> None:
     127.0.0.1 the target names, so it is not dialled without ``probes.allow_host``."""
     async with Listener() as srv:
         action = {"host": "localhost", "port": srv.port}
-        res = await Handlers(executor=None).run(handler, action, target(), 1.0)
+        res = await Handlers(executor=None).run(handler, action, target(), 5.0)
         await asyncio.sleep(0.05)
         assert not res.ok and srv.connections == 0
         assert res.output.startswith(f"{handler}.host: not the pod's address")
         assert "probes.allow_host" in res.output
-        allowed = await Handlers(executor=None, allow_host=True).run(handler, action, target(), 1.0)
+        allowed = await Handlers(executor=None, allow_host=True).run(handler, action, target(), 5.0)
         assert allowed.ok
         # the pod's own address, named explicitly, needs no setting
         own = await Handlers(executor=None).run(
-            handler, {**action, "host": "127.0.0.1"}, target(), 1.0
+            handler, {**action, "host": "127.0.0.1"}, target(), 5.0
         )
         assert own.ok
 
 
 async def test_a_host_that_is_not_a_name_is_never_dialled() -> None:
     h = Handlers(executor=None, allow_host=True)
-    res = await h.run("httpGet", {"host": "evil\r\nX: y", "port": 80}, target(), 1.0)
+    res = await h.run("httpGet", {"host": "evil\r\nX: y", "port": 80}, target(), 5.0)
     assert not res.ok and res.output == "httpGet.host: not an IP address or a DNS name"
 
 

@@ -66,11 +66,12 @@ def parse(sent: bytes) -> tuple[str, list[tuple[str, str]]]:
 
 async def attempt(action: dict[str, Any]) -> tuple[bool, list[bytes], int]:
     received: list[bytes] = []
+    answered = asyncio.Event()
 
     async def answer(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         got = b""
         try:
-            async with asyncio.timeout(1):
+            async with asyncio.timeout(5):
                 got = await r.readuntil(b"\r\n\r\n")
                 w.write(b"HTTP/1.1 204 No Content\r\n\r\n")
                 await w.drain()
@@ -78,15 +79,14 @@ async def attempt(action: dict[str, Any]) -> tuple[bool, list[bytes], int]:
         finally:
             received.append(got)
             w.close()
+            answered.set()
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        res = await Handlers(executor=None).run("httpGet", {**action, "port": port}, TARGET, 1.0)
-        for _ in range(100):
-            if received or not res.ok:
-                break
-            await asyncio.sleep(0.01)
+        res = await Handlers(executor=None).run("httpGet", {**action, "port": port}, TARGET, 5.0)
+        if res.ok:
+            await asyncio.wait_for(answered.wait(), 5)
     finally:
         server.close()
         await server.wait_closed()
