@@ -265,6 +265,9 @@ def _settings(args: argparse.Namespace, proxy: Any) -> dict[str, Any]:
     if proxy is None:
         return {
             "log": {"level": "info"},
+            # the tcpSocket probes dial the harness's listener by host (docs/design/probes.md,
+            # "What a probe may send, and where")
+            "probes": {"allow_host": True},
             "backend": {
                 "kind": "simulated",
                 "simulated": {"state_file": "", "pods": max(500, args.pods + 10)},
@@ -274,6 +277,7 @@ def _settings(args: argparse.Namespace, proxy: Any) -> dict[str, Any]:
     return {
         "log": {"level": "info"},
         "kube": kube,
+        "probes": {"allow_host": True},
         "node": {"capacity": {"pods": str(max(110, args.pods + 100))}},
         "templates": {"dirs": [str(nomad_burst.TEMPLATES_DIR)]},
         "backend": {

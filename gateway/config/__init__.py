@@ -296,6 +296,20 @@ class TemplateSettings:
 
 
 @dataclass
+class ProbeSettings:
+    """``[probes]``: where the node's prober may dial (docs/design/probes.md, "What a probe may
+    send, and where"); per node in ``[[nodes]]`` (``probes = { allow_host = true }``)."""
+
+    allow_host: bool = field(
+        default=False,
+        metadata=doc(
+            "Dial the host field of httpGet/tcpSocket probes and httpGet hooks when it is not "
+            "the pod's own address (false: such a pod is refused, ProbeHostRefused)"
+        ),
+    )
+
+
+@dataclass
 class LogSettings:
     level: str = field(default="info", metadata=doc("debug, info, warning, error"))
     format: str = field(default="text", metadata=doc("text or json"))
@@ -363,6 +377,7 @@ class Settings:
     kubelet: KubeletSettings = field(default_factory=KubeletSettings)
     pods: PodSettings = field(default_factory=PodSettings)
     templates: TemplateSettings = field(default_factory=TemplateSettings)
+    probes: ProbeSettings = field(default_factory=ProbeSettings)
     log: LogSettings = field(default_factory=LogSettings)
     backend: BackendSettings = field(default_factory=BackendSettings)
     ha: HaSettings = field(default_factory=HaSettings)

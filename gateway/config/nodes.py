@@ -11,6 +11,7 @@ over the top-level sections, which become the shared defaults::
     name = "vk-dc1"                 # any [node] key: labels, taint, capacity, internal_ip, ...
     kubelet = { port = 10250 }      # [kubelet] keys, except the process-wide metrics_address
     backend = { kind = "nomad", nomad = { datacenters = ["dc1"] } }
+    probes = { allow_host = true }  # [probes] keys
 
 This module only turns raw tables into one settings table per node (plain dicts, before
 coercion); ``gateway.config`` builds and validates each one as a whole ``Settings``.  An error in
@@ -27,7 +28,7 @@ from typing import Any
 from vkgate_core.settings import SettingsError, merge_tables
 
 #: Sections an entry may set besides the ``[node]`` keys; the rest are process-wide.
-PER_NODE_TABLES = ("kubelet", "backend")
+PER_NODE_TABLES = ("kubelet", "backend", "probes")
 #: ``[kubelet]`` keys one process serves once (its own metrics and probes endpoint).
 PROCESS_WIDE_KUBELET = frozenset({"metrics_address"})
 
@@ -36,7 +37,7 @@ def entry_tables(
     data: Mapping[str, Any], entries: Any, *, node_keys: Sequence[str], kubelet_keys: Sequence[str]
 ) -> list[dict[str, Any]]:
     """One whole settings table per entry: ``data`` (without ``nodes``) with the entry's own
-    ``[node]`` keys, ``kubelet`` and ``backend`` tables merged over the shared ones."""
+    ``[node]`` keys, ``kubelet``, ``backend`` and ``probes`` tables merged over the shared ones."""
     if not isinstance(entries, list) or not entries:
         raise SettingsError("nodes", "expected a non-empty list of [[nodes]] tables")
     shared = {k: v for k, v in data.items() if k != "nodes"}
@@ -56,8 +57,8 @@ def entry_tables(
         if "name" not in entry:
             raise SettingsError(f"{prefix}.name", "every [[nodes]] entry needs a name")
         kubelet = entry.get("kubelet", {})
-        backend = entry.get("backend", {})
-        for key, value in (("kubelet", kubelet), ("backend", backend)):
+        for key in PER_NODE_TABLES:
+            value = entry.get(key, {})
             if not isinstance(value, Mapping):
                 raise SettingsError(f"{prefix}.{key}", f"expected a table, got {value!r}")
         for key in kubelet:
@@ -73,8 +74,8 @@ def entry_tables(
         node = {k: v for k, v in entry.items() if k not in PER_NODE_TABLES}
         table = dict(shared)
         table["node"] = merge_tables(_table(shared, "node"), node)
-        table["kubelet"] = merge_tables(_table(shared, "kubelet"), kubelet)
-        table["backend"] = merge_tables(_table(shared, "backend"), backend)
+        for key in PER_NODE_TABLES:
+            table[key] = merge_tables(_table(shared, key), entry.get(key, {}))
         out.append(table)
     return out
 

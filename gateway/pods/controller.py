@@ -172,11 +172,15 @@ class PodController:
             daemonsets=settings.node.daemonsets,
             can_exec=isinstance(translator, Executor),
             ignore_pod_fields=settings.node.ignore_pod_fields,
+            allow_probe_host=settings.probes.allow_host,
         )
         #: Container probes (gateway.probes): readiness verdicts are one more input of the
         #: status manager; the pod is synced again when one changes.
         self.prober = Prober(
-            Handlers(executor=translator if isinstance(translator, Executor) else None),
+            Handlers(
+                executor=translator if isinstance(translator, Executor) else None,
+                allow_host=settings.probes.allow_host,
+            ),
             events,
             clock=self.clock,
             set_readiness=self.status.set_container_readiness,

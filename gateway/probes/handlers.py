@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.probes import grpc as grpcmod
+from gateway.probes import wire
 from translators.base import Executor, PodRef
 
 #: Output kept from an exec probe or an HTTP body (the kubelet keeps 10 KiB).
 MAX_OUTPUT = 10 * 1024
-#: The User-Agent the kubelet's HTTP probes send (``kube-probe/<major>.<minor>``).
-USER_AGENT = "kube-probe/1.31"
+#: The User-Agent the kubelet's probes send (``kube-probe/<major>.<minor>``).
+USER_AGENT = wire.USER_AGENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +59,11 @@ def resolve_port(port: Any, target: Target) -> int | None:
 class Handlers:
     """Runs probe and hook actions; each attempt on its own connection, as the kubelet's."""
 
-    def __init__(self, *, executor: Executor | None) -> None:
+    def __init__(self, *, executor: Executor | None, allow_host: bool = False) -> None:
+        """``allow_host``: ``probes.allow_host`` — an httpGet/tcpSocket ``host`` other than the
+        pod's address is dialled (default: the attempt fails without a connection)."""
         self.executor = executor
+        self.allow_host = allow_host
 
     async def aclose(self) -> None:
         """Nothing held between attempts (each opens and closes its own connection)."""
@@ -84,24 +88,24 @@ class Handlers:
         Plain asyncio streams, not an HTTP client: at 100 probes a second an httpx request
         cost ~1.3 ms of CPU, this ~0.5 ms (bench/probes.py, docs/design/probes.md,
         "Cost").  A redirect is not followed: a 3xx is a success, as it is for the kubelet
-        unless the redirect's target fails."""
+        unless the redirect's target fails.  The request's bytes are ``gateway.probes.wire``'s:
+        one that must not be sent (a CR/LF from the pod, a host other than the pod's) fails
+        the attempt before any connection.  A failure says what went wrong — the status code,
+        a refused connection, a timeout — never bytes of the reply (docs/design/probes.md,
+        "What a probe may send, and where")."""
         port = resolve_port(action.get("port"), target)
         if port is None:
             return Result(False, f"unknown port {action.get('port')!r}")
+        host, refused = self._destination("httpGet", action, target)
+        if refused is not None:
+            return refused
+        try:
+            request = wire.request(action, host=host, port=port)
+        except wire.Refused as exc:
+            return Result(False, f"httpGet.{exc}: the request was not sent")
         scheme = str(action.get("scheme") or "HTTP").lower()
-        host = str(action.get("host") or target.pod_ip)
-        path = str(action.get("path") or "/")
-        if not path.startswith("/"):
-            path = "/" + path
-        where = _host_port(host, port)
-        url = f"{scheme}://{where}{path}"
-        headers = {"Host": where, "User-Agent": USER_AGENT, "Accept": "*/*"}
-        for h in action.get("httpHeaders") or []:
-            name = str(h.get("name", ""))
-            headers = {k: v for k, v in headers.items() if k.lower() != name.lower()}
-            headers[name] = str(h.get("value", ""))
-        head = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        request = (head + "Connection: close\r\n\r\n").encode("latin-1", "replace")
+        where = wire.host_port(host, port)
+        url = f"{scheme}://{where}{wire.request_target(str(action.get('path') or '/'))}"
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(limit):
@@ -110,37 +114,71 @@ class Handlers:
                 )
                 writer.write(request)
                 await writer.drain()
-                line = await reader.readline()
+                try:
+                    line = await reader.readline()
+                except ValueError:  # a first line past the stream's limit: not HTTP
+                    line = b"-"
         except TimeoutError:
             return Result(
                 False,
                 f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while '
                 "awaiting headers)",
             )
-        except (OSError, ssl.SSLError) as exc:
-            return Result(
-                False,
-                f'Get "{url}": {exc.strerror or exc}'
-                if isinstance(exc, OSError)
-                else f'Get "{url}": {exc}',
-            )
+        except ssl.SSLError as exc:
+            return Result(False, f'Get "{url}": TLS error ({exc.reason or "unknown"})')
+        except OSError as exc:
+            return Result(False, f'Get "{url}": {exc.strerror or exc}')
         finally:
             if writer is not None:
                 writer.close()
+        if not line:
+            return Result(False, f'Get "{url}": EOF')
         parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-            return Result(False, f'Get "{url}": malformed HTTP response {line[:80]!r}')
+        if (
+            len(parts) < 2
+            or not parts[0].startswith(b"HTTP/")
+            or len(parts[1]) != 3
+            or not parts[1].isdigit()
+        ):
+            # Go quotes the line it could not parse; the target's bytes stay out of Events
+            return Result(
+                False,
+                f'Get "{url}": net/http: HTTP/1.x transport connection broken: '
+                "malformed HTTP response",
+            )
         code = int(parts[1])
         if 200 <= code < 400:
             return Result(True)
         return Result(False, f"HTTP probe failed with statuscode: {code}")
 
+    def _destination(
+        self, handler: str, action: Mapping[str, Any], target: Target
+    ) -> tuple[str, Result | None]:
+        """The host to dial — the action's ``host``, else the pod's address — or why not: a
+        ``host`` other than the pod's address when the node does not allow it
+        (``probes.allow_host``; admission refuses such a pod first:
+        gateway.pods.resolve.admission)."""
+        asked = str(action.get("host") or "")
+        if not asked or asked == target.pod_ip:
+            return target.pod_ip, None
+        if wire.host_error(asked) is not None:
+            return asked, Result(False, f"{handler}.host: not an IP address or a DNS name")
+        if not self.allow_host:
+            return asked, Result(
+                False,
+                f"{handler}.host: not the pod's address, and this node does not let probes "
+                "dial other hosts (probes.allow_host): not dialled",
+            )
+        return asked, None
+
     async def tcp_socket(self, action: Mapping[str, Any], target: Target, limit: float) -> Result:
         port = resolve_port(action.get("port"), target)
         if port is None:
             return Result(False, f"unknown port {action.get('port')!r}")
-        host = str(action.get("host") or target.pod_ip)
-        where = _host_port(host, port)
+        host, refused = self._destination("tcpSocket", action, target)
+        if refused is not None:
+            return refused
+        where = wire.host_port(host, port)
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), limit)
         except TimeoutError:
@@ -199,10 +237,6 @@ class Handlers:
             return Result(False, f"command timed out: {cmd!r} timed out after {limit:g}s")
         except Exception as exc:  # the backend could not run it: a failed attempt
             return Result(False, f"exec {cmd!r}: {exc}")
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @functools.cache

@@ -146,6 +146,7 @@ def render_main(
         daemonsets=settings.node.daemonsets,
         can_exec=spec_renderer.can_exec,
         ignore_pod_fields=settings.node.ignore_pod_fields,
+        allow_probe_host=settings.probes.allow_host,
     )
     # Everything printed from here on, stdout and stderr, goes through one mask: the pod's
     # secrets and every value of the file's Secrets, in every encoding (docs/design/secrets.md).

@@ -296,14 +296,15 @@ def resolve(
     daemonsets: str = "refuse",
     can_exec: bool = False,
     ignore_pod_fields: Collection[str] = (),
+    allow_probe_host: bool = False,
 ) -> Resolved:
     """Resolve ``inputs`` with the agent's own ``Resolver`` (see ``FileLookups``).
 
     ``teams`` and ``team_label_namespaces`` are the config's (the agent's rule: the map, else
     the Namespace document's label where the namespace may choose); ``team`` (``--team``)
     overrides what they give; ``host_ip``, ``allocatable``, ``daemonsets``, ``can_exec`` (the
-    backend runs commands in containers: ``SpecRenderer.can_exec``) and ``ignore_pod_fields``
-    stand for the node's."""
+    backend runs commands in containers: ``SpecRenderer.can_exec``), ``ignore_pod_fields`` and
+    ``allow_probe_host`` (``probes.allow_host``) stand for the node's."""
     pod = inputs.pod
     lookups = FileLookups(inputs)
     resolver = Resolver(
@@ -318,6 +319,7 @@ def resolve(
         daemonsets=daemonsets,
         can_exec=can_exec,
         ignore_pod_fields=ignore_pod_fields,
+        allow_probe_host=allow_probe_host,
     )
     res = _run(resolver.resolve(pod))
     notes = list(dict.fromkeys(lookups.notes))

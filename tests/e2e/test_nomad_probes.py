@@ -219,3 +219,49 @@ def test_an_onfailure_pod_that_keeps_failing_restarts_on_in_crashloopbackoff(
         assert _status(control_plane, name)["phase"] == "Running"
     finally:
         kubectl("delete", "pod", name, "--wait=false", check=False)
+
+
+def test_a_probe_header_holding_crlf_is_refused_at_admission(
+    start_gateway: Any, control_plane: Any, kubectl: Any, nomad_cluster: NomadCluster
+) -> None:
+    """A readiness probe whose header value holds CR/LF would smuggle a second request to
+    whatever the probe dials (docs/design/probes.md, "What a probe may send, and where"): the
+    API server accepts the value (it checks header names only), vkgate refuses the pod at
+    admission naming the field — Failed, a Warning Event, no Nomad job."""
+    gw = start_gateway(
+        {
+            "backend": {
+                "kind": "nomad",
+                "nomad": {**nomad_cluster.backend_settings(), "template": "nomad/raw_exec.j2"},
+            }
+        }
+    )
+    tag = uuid.uuid4().hex[:5]
+    port = host_port_base(tag, 1)
+    name = f"smuggle-{tag}"
+    header = {"name": "X-Probe", "value": "x\r\n\r\nDELETE /v1/job/victim HTTP/1.1\r\nX: y"}
+    probe = {"httpGet": {"path": "/", "port": "http", "httpHeaders": [header]}}
+    kubectl("apply", "-f", "-", input=_pod(name, gw.node_name, "exec sleep 300", probe, port))
+    field = "spec.containers[app].readinessProbe.httpGet.httpHeaders[0].value"
+    try:
+        st = wait_until(
+            f"{name} Failed",
+            lambda: (s := _status(control_plane, name)).get("phase") == "Failed" and s,
+            60,
+        )
+        assert st["reason"] == "InvalidProbeRequest", st
+        assert st["message"].startswith(f"{field}: the control character U+000D"), st
+        event = wait_for_event(
+            f"{name} InvalidProbeRequest",
+            control_plane,
+            "default",
+            name,
+            "InvalidProbeRequest",
+            timeout=15,
+        )
+        assert event["type"] == "Warning" and event["message"].startswith(field)
+        with nomad_cluster.http_client() as c:
+            stubs = c.get("/v1/jobs", params={"namespace": "*", "meta": "true"}).json()
+        assert not [j for j in stubs if (j.get("Meta") or {}).get("k8s.name") == name], stubs
+    finally:
+        kubectl("delete", "pod", name, "--wait=false", check=False)

@@ -371,13 +371,16 @@ class Resolver:
         daemonsets: str = "refuse",
         can_exec: bool = False,
         ignore_pod_fields: Collection[str] = (),
+        allow_probe_host: bool = False,
     ) -> None:
         """``teams``/``team_label_namespaces``: the operator's ``templates.teams`` and the
         namespaces whose team label may choose (gateway.inputs.teamrule);
         ``daemonsets``: the ``node.daemonsets`` policy (gateway.pods.resolve.admission);
         ``can_exec``: the translator is an ``Executor`` (exec probes can run);
-        ``ignore_pod_fields``: ``node.ignore_pod_fields`` (gateway.pods.resolve.features)."""
+        ``ignore_pod_fields``: ``node.ignore_pod_fields`` (gateway.pods.resolve.features);
+        ``allow_probe_host``: ``probes.allow_host`` (gateway.pods.resolve.admission)."""
         self.refs = refs
+        self.allow_probe_host = allow_probe_host
         self.ignore_pod_fields = tuple(ignore_pod_fields)
         self.can_exec = can_exec
         self.daemonsets = daemonsets
@@ -402,6 +405,7 @@ class Resolver:
         """What the node's policy refuses, then the features and volume kinds the backend
         cannot provide (no I/O)."""
         found = admod.node_policy(pod, daemonsets=self.daemonsets)
+        found += admod.probe_requests(pod, allow_host=self.allow_probe_host)
         found += featmod.check_pod(pod, self.features, backend=self.backend)
         found += featmod.partition_ignored(self._probes(pod), self.ignore_pod_fields)[0]
         kinds = self.features.volume_kinds

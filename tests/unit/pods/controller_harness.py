@@ -16,9 +16,13 @@ from vkgate_core.clock import FakeClock
 
 
 class ControllerHarness:
-    """``node`` settings go to ``Settings.node`` (e.g. ``daemonsets="run"``)."""
+    """``node`` settings go to ``Settings.node`` (e.g. ``daemonsets="run"``);
+    ``allow_probe_host`` is ``probes.allow_host``."""
 
-    def __init__(self, tmp_path: Path, *, node: str, **node_settings: Any) -> None:
+    def __init__(
+        self, tmp_path: Path, *, node: str, allow_probe_host: bool = False, **node_settings: Any
+    ) -> None:
+        self.allow_probe_host = allow_probe_host
         self.clock = FakeClock()
         self.kube = FakeKube(self.clock)
         self.tmp_path = tmp_path
@@ -32,6 +36,7 @@ class ControllerHarness:
         s.node.name = self.node
         for k, v in self.node_settings.items():
             setattr(s.node, k, v)
+        s.probes.allow_host = self.allow_probe_host
         s.pods.reconcile_interval = 5.0
         self.sim = SimulatedTranslator(
             sim_context(self.clock, self.node),
