@@ -26,7 +26,7 @@ from gateway import cli
 
 BACKENDS = ("nomad", "zun", "batch")
 #: In-process renders (no worker processes to start per example).
-CONFIG = "[templates]\nrender_workers = 0\n\n[backend.zun]\nsecret_env = \"allow\"\n"
+CONFIG = '[templates]\nrender_workers = 0\n\n[backend.zun]\nsecret_env = "allow"\n'
 
 
 @pytest.fixture(autouse=True)
