@@ -90,7 +90,7 @@ def check(
     """Refuse ``job`` (``UnsupportedError`` naming the first field, the message every one) when
     it breaks the node's policy; ``info`` is vkgate's own ``backend_info``, which no template
     has seen."""
-    refusals = [*_placement(job, pod, info, cfg), *_structure(job, info, cfg)]
+    refusals = [*_spelling(job), *_placement(job, pod, info, cfg), *_structure(job, info, cfg)]
     if not refusals:
         return
     raise UnsupportedError(
@@ -99,6 +99,72 @@ def check(
         reason=REASON,
         field=refusals[0].field,
     )
+
+
+# --------------------------------------------------------------------------- spelling
+
+#: The fields of a job, a group and a task this module (and ``jobs.finish_job``) reads.
+_JOB_KEYS = (
+    "ID",
+    "Namespace",
+    "Region",
+    "Datacenters",
+    "NodePool",
+    "Priority",
+    "Type",
+    "Constraints",
+    "TaskGroups",
+    "Meta",
+    "Periodic",
+    "ParameterizedJob",
+    "Multiregion",
+)
+_GROUP_KEYS = ("Name", "Count", "Tasks", "Services", "Consul", "Volumes")
+_TASK_KEYS = (
+    "Name",
+    "Driver",
+    "Config",
+    "User",
+    "Services",
+    "Consul",
+    "Vault",
+    "CSIPluginConfig",
+    "VolumeMounts",
+)
+
+
+def _spelling(job: Mapping[str, Any]) -> Iterator[Refusal]:
+    """Nomad reads a job's JSON with Go's ``encoding/json``, which matches a key to a field
+    without regard to case (Unicode simple folding: ``namespace``, ``NAMESPACE`` and
+    ``Name\\u017fpace``, with a long s, all set ``Namespace``; of two such keys, the last
+    wins).  A field this policy reads must be spelled as it reads it, and no key may fold onto
+    another: else the check would read one value and Nomad register another."""
+    yield from _keys(job, "Job", _JOB_KEYS)
+    for i, group in enumerate(job.get("TaskGroups") or []):
+        if not isinstance(group, Mapping):
+            continue
+        where = f"Job.TaskGroups[{group.get('Name', i)}]"
+        yield from _keys(group, where, _GROUP_KEYS)
+        for j, task in enumerate(group.get("Tasks") or []):
+            if isinstance(task, Mapping):
+                yield from _keys(task, f"{where}.Tasks[{task.get('Name', j)}]", _TASK_KEYS)
+
+
+def _keys(obj: Mapping[str, Any], where: str, canonical: Sequence[str]) -> Iterator[Refusal]:
+    spelled = {name.casefold(): name for name in canonical}
+    seen: dict[str, str] = {}
+    for key in obj:
+        folded = str(key).casefold()
+        meant = spelled.get(folded) or seen.get(folded)
+        if meant is not None and meant != key:
+            yield Refusal(
+                f"{where}.{key}",
+                obj[key],
+                f"Nomad reads it as {meant!r} (its JSON field names ignore case): spell it "
+                f"{meant!r}, once",
+                "no setting",
+            )
+        seen.setdefault(folded, str(key))
 
 
 # --------------------------------------------------------------------------- where it runs
@@ -129,7 +195,8 @@ def _placement(
                 f"not an allowed Nomad namespace; allowed: {', '.join(cfg.all_namespaces)}",
                 f"add it to {_setting('namespaces')}",
             )
-    region = job.get("Region", info["region"])
+    region = job.get("Region")
+    region = info["region"] if region is None else region
     if region != info["region"] and region not in cfg.all_regions:
         yield Refusal(
             "Job.Region", region, "not an allowed Nomad region", f"add it to {_setting('regions')}"
@@ -256,6 +323,8 @@ def _structure(
         config = task.get("Config") or {}
         if isinstance(config, Mapping):
             yield from _config(config, at, wanted, cfg)
+        else:
+            yield Refusal(f"{at}.Config", config, "expected an object", "no setting")
 
 
 # --------------------------------------------------------------------------- driver config

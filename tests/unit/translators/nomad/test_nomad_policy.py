@@ -267,6 +267,39 @@ def test_job_fields_that_reach_beyond_the_pod_need_allow_job_fields(
     render(tmp_path, body, allow_job_fields=[name])
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # Nomad's JSON ignores the case of field names: the later key wins there
+        (
+            '{% block meta %}{{ n.meta | tojson }}, "namespace": "team-b"{% endblock %}',
+            "Job.namespace",
+        ),
+        (
+            '{% block meta %}{{ n.meta | tojson }}, "id": "ns-victim-99999999"{% endblock %}',
+            "Job.id",
+        ),
+        ('{% block meta %}{{ n.meta | tojson }}, "PRIORITY": 100{% endblock %}', "Job.PRIORITY"),
+        (
+            '{% block meta %}{{ n.meta | tojson }}, "Name\u017fpace": "team-b"{% endblock %}',
+            "Job.Name\u017fpace",  # a long s folds to s
+        ),
+        ('{% block user %}"user": "0",{% endblock %}', "Job.TaskGroups[pod].Tasks[app].user"),
+        (
+            '{% block user %}"driver": "raw_exec",{% endblock %}',
+            "Job.TaskGroups[pod].Tasks[app].driver",
+        ),
+        (
+            '{% block networks %}{{ n.networks | tojson }}, "count": 9{% endblock %}',
+            "Job.TaskGroups[pod].count",
+        ),
+    ],
+)
+def test_a_field_spelled_in_another_case_is_refused(tmp_path: Path, body: str, field: str) -> None:
+    err = refused(tmp_path, body)
+    assert err.field == field and "its JSON field names ignore case" in str(err)
+
+
 # -- drivers -----------------------------------------------------------------------------
 
 
