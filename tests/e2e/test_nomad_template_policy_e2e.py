@@ -206,7 +206,7 @@ def test_a_host_path_and_privileged_need_allow_driver_config(
     tag = uuid.uuid4().hex[:6]
     team, ns = f"t{tag}", f"priv-{tag}"
     kubectl("create", "namespace", ns)
-    host = with_config(volumes=["/etc/hostname:/host-hostname:ro"])
+    host = with_config(volumes=["/etc/passwd:/host-passwd:ro"])
     privileged = with_config(privileged=True)
     templates = {
         "host": team_templates(tmp_path / "host", team, "nomad/job.j2", host),
@@ -227,11 +227,11 @@ def test_a_host_path_and_privileged_need_allow_driver_config(
     allowing = gateway(
         start_gateway, docker_nomad, templates["host"], ns, team, allow_driver_config=["volumes"]
     )
-    reader = ["sh", "-c", "cat /host-hostname && sleep 600"]
+    reader = ["sh", "-c", "cat /host-passwd && sleep 600"]
     kubectl("apply", "-f", "-", input=pod("host-allowed", ns, allowing.node_name, command=reader))
     running(kubectl, ns, "host-allowed")
     config = nomad_job(docker_nomad, ns, "host-allowed")["TaskGroups"][0]["Tasks"][0]["Config"]
-    assert config["volumes"] == ["/etc/hostname:/host-hostname:ro"]
+    assert config["volumes"] == ["/etc/passwd:/host-passwd:ro"]
 
     allowing = gateway(
         start_gateway,
@@ -242,6 +242,6 @@ def test_a_host_path_and_privileged_need_allow_driver_config(
         allow_driver_config=["privileged"],
     )
     kubectl("apply", "-f", "-", input=pod("privileged-allowed", ns, allowing.node_name))
-    config = nomad_job(docker_nomad, ns, "privileged-allowed")["TaskGroups"][0]["Tasks"][0]
-    assert config["Config"]["privileged"] is True
+    task = nomad_job(docker_nomad, ns, "privileged-allowed")["TaskGroups"][0]["Tasks"][0]
+    assert task["Config"]["privileged"] is True
     assert status(kubectl, ns, "privileged-allowed").get("reason") != REASON

@@ -21,6 +21,11 @@ Kubernetes user pick an arbitrary Nomad namespace, node pool or priority would t
 annotation into a privilege (preempting other teams' jobs, running on reserved nodes), and the
 backstop list and the event stream must know every namespace/region they have to watch.
 
+The same allow-lists bound what a template renders (``policy.py``), with settings of their own
+for what only a template can ask: ``drivers``, ``allow_driver_config``, ``allow_job_fields``;
+and ``registry_auth`` says whether a pod's imagePullSecrets may reach the job (``pullauth.py``).
+Each defaults to deny.
+
 Namespace mapping (``namespace_from_pod``, off by default) derives the Nomad namespace from the
 pod's Kubernetes namespace: ``"same"`` uses the same name, ``"table"`` looks it up in
 ``namespace_map`` (a pod whose namespace is not in the table gets ``namespace``).  The result

@@ -38,6 +38,9 @@ task ``Config.<key>`` of ``DRIVER_CONFIG``     what the key's rule allows (below
                                                key is listed in ``allow_driver_config``
 =============================================  =============================================
 
+Each field above, and each a check after rendering reads, must be spelled as it is read here,
+once: Nomad's JSON ignores the case of field names (``_spelling``).
+
 A refusal is an ``UnsupportedError`` (reason ``TemplatePolicy``): the pod fails, with a message
 naming the template, every field it broke and the setting that would allow each.  The job ID is
 checked before, by ``jobs.finish_job`` (a ``TranslationError``: the template is wrong, whatever
