@@ -592,7 +592,7 @@ def finish_job(
     job["Meta"] = meta
     if job.get("Namespace") is None:
         job["Namespace"] = info["namespace"]
-    policy.check(job, pod, info=info, cfg=cfg, template=template)
+    policy.check(job, pod, info=info, cfg=cfg, template=template, secrets=secrets)
     _check_commands(job, template=template)
     claims.check_rendered(job, info, template=template)
     _check_security(job, pod, relaxed=cfg.relax_security_context, template=template)

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,19 +89,28 @@ def check(
     info: Mapping[str, Any],
     cfg: NomadConfig,
     template: str,
+    secrets: Collection[str] = (),
 ) -> None:
     """Refuse ``job`` (``UnsupportedError`` naming the first field, the message every one) when
     it breaks the node's policy; ``info`` is vkgate's own ``backend_info``, which no template
-    has seen."""
+    has seen.  The message quotes the values it refuses, with ``secrets`` (the pod's Secret
+    values a template could copy into one) masked: it becomes the pod's status."""
     refusals = [*_spelling(job), *_placement(job, pod, info, cfg), *_structure(job, info, cfg)]
     if not refusals:
         return
-    raise UnsupportedError(
-        f"the job rendered by template {template} breaks the node's policy: "
-        + "; ".join(r.text() for r in refusals),
-        reason=REASON,
-        field=refusals[0].field,
+    message = f"the job rendered by template {template} breaks the node's policy: " + "; ".join(
+        r.text() for r in refusals
     )
+    raise UnsupportedError(_masked(message, secrets), reason=REASON, field=refusals[0].field)
+
+
+def _masked(text: str, secrets: Collection[str]) -> str:
+    """``text`` without any of ``secrets``, as written or as JSON escapes it."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        for form in (secret, json.dumps(secret)[1:-1]):
+            if len(form) >= 4:
+                text = text.replace(form, "*****")
+    return text
 
 
 # --------------------------------------------------------------------------- spelling

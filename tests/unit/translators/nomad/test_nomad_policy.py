@@ -428,6 +428,16 @@ def test_every_refused_field_is_listed_and_the_first_is_the_pods_reason(tmp_path
     assert "Config.privileged" in str(err)
 
 
+def test_a_secret_copied_into_a_refused_value_is_masked_in_the_reason(tmp_path: Path) -> None:
+    """The reason becomes the pod's status, readable by whoever may read the pod."""
+    secret = 'hunter2 "quoted"\nline'
+    vol = ResolvedVolume("creds", "secret", files=(VolumeFile("pw", secret.encode(), secret=True),))
+    body = '{% block config %}{{ super().strip()[:-1] }}, "sysctl": {{ volumes[0].files[0].content | tojson }}}{% endblock %}'
+    err = refused(tmp_path, body, pod(volumes=(vol,)))
+    assert err.field.endswith("Config.sysctl")
+    assert "hunter2" not in str(err) and "*****" in str(err)
+
+
 # -- settings ----------------------------------------------------------------------------
 
 
