@@ -73,6 +73,9 @@ TEMPLATES_DIR = (
     report.REPO / "bench" / "job_templates"
 )  # not "templates": a script run from bench/ would import it as the templates package
 TEMPLATE = "nomad/mock_driver.j2"
+#: The task driver of TEMPLATE: a node allows the drivers it lists (docs/design/nomad.md,
+#: "Policy on the rendered job").
+DRIVER = "mock_driver"
 #: MHz per Kubernetes core: a fixed factor, so 10m → 10 MHz whatever the client declares.
 MHZ_PER_CORE = 1000
 #: Each pod's requests (and the floor's job, rendered from the same pod).
@@ -546,6 +549,7 @@ def vkgate_settings(s: Session, n: int) -> dict[str, Any]:
     nomad: dict[str, Any] = {
         "address": s.proxy.address,
         "template": TEMPLATE,
+        "drivers": [DRIVER],
         "mhz_per_core": MHZ_PER_CORE,
     }
     if s.nomad.vkgate_token:
@@ -574,7 +578,7 @@ def render_template_job(workdir: Path) -> dict[str, Any]:
     cfg = workdir / "floor-render.toml"
     cfg.write_text(
         '[backend]\nkind = "nomad"\n[backend.nomad]\n'
-        f'template = "{TEMPLATE}"\nmhz_per_core = {MHZ_PER_CORE}\n'
+        f'template = "{TEMPLATE}"\ndrivers = ["{DRIVER}"]\nmhz_per_core = {MHZ_PER_CORE}\n'
         f'[templates]\ndirs = ["{TEMPLATES_DIR}"]\n'
     )
     out = subprocess.run(

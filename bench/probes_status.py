@@ -285,6 +285,7 @@ def _settings(args: argparse.Namespace, proxy: Any) -> dict[str, Any]:
             "nomad": {
                 "address": proxy.address,
                 "template": "nomad/mock_driver_exec.j2",
+                "drivers": [nomad_burst.DRIVER],
                 "mhz_per_core": nomad_burst.MHZ_PER_CORE,
             },
         },

@@ -55,7 +55,13 @@ NODE = "vkgate"
 STATUS_CASES = report.REPO / "tests" / "golden" / "status" / "cases"
 #: Offline backend settings (no backend is contacted; addresses are never dialled).
 SETTINGS: dict[str, dict[str, Any]] = {
-    "nomad": {"address": "http://127.0.0.1:4646", "mhz_per_core": 2000},
+    # both packaged drivers: every packaged template renders (docs/design/nomad.md, "Policy on
+    # the rendered job")
+    "nomad": {
+        "address": "http://127.0.0.1:4646",
+        "mhz_per_core": 2000,
+        "drivers": ["docker", "raw_exec"],
+    },
     "zun": {
         "auth_url": "http://127.0.0.1:5000/v3",
         "username": "demo",

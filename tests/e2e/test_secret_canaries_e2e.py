@@ -60,6 +60,9 @@ def test_no_canary_leaks_through_a_full_lifecycle_at_debug(
                     **nomad_agent.backend_settings(),
                     "template": "nomad/raw_exec.j2",
                     "token": canary["token"],
+                    # a pod with imagePullSecrets runs only where the node says how to pull;
+                    # "job" puts the login into the job (raw_exec ignores it)
+                    "registry_auth": "job",
                 },
             },
             "log": {"level": "debug"},

@@ -271,7 +271,11 @@ def test_upstream_suite_passes_on_nomad(
             "templates": {"dirs": [str(tmp_path)]},
             "backend": {
                 "kind": "nomad",
-                "nomad": {**nomad_agent.backend_settings(), "template": "nomad/vke2e.j2"},
+                "nomad": {
+                    **nomad_agent.backend_settings(),
+                    "template": "nomad/vke2e.j2",
+                    "drivers": ["raw_exec"],  # VKE2E_TEMPLATE extends raw_exec.j2
+                },
             },
         },
         node_name=f"vk-upstream-nomad-{uuid.uuid4().hex[:4]}",

@@ -56,8 +56,11 @@ def test_nomad_docker_enforces_each_and_the_job_carries_them(
 def test_raw_exec_refuses_naming_every_field_it_does_not_carry(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    # a raw_exec node (a docker node refuses the raw_exec driver first: its drivers)
+    conf = tmp_path / "vkgate.toml"
+    conf.write_text('[backend.nomad]\ntemplate = "nomad/raw_exec.j2"\n')
     code, out, err = render(
-        capsys, tmp_path, "--backend", "nomad", "--template", "nomad/raw_exec.j2"
+        capsys, tmp_path, "--backend", "nomad", "--template", "nomad/raw_exec.j2", "-c", str(conf)
     )
     assert code == 1 and out == ""
     (line,) = [x for x in err.splitlines() if x.startswith("vkgate render: ")]

@@ -2,7 +2,8 @@
 
 ``NomadTranslator`` (``translator``) is the package's one public face; every other module is
 internal to it.  Modules: ``config`` (settings), ``client`` + ``errors`` (HTTP), ``jobs``
-(pod → job, with ``network``, ``overrides``, ``variables``, ``claims``, ``scheduling``),
+(pod → job, with ``network``, ``overrides``, ``variables``, ``claims``, ``scheduling``, and
+``policy`` + ``pullauth``: the node's policy on the rendered job),
 ``status`` (allocation → WorkloadState) + ``placements`` (why a job is not placed), ``views``
 (job bookkeeping), ``capacity`` (node arithmetic), ``events`` (event stream) + ``notifier``
 (push path), ``logs``, ``exec``, ``metrics`` (allocation stats → usage).  The translator's

@@ -21,6 +21,11 @@ Kubernetes user pick an arbitrary Nomad namespace, node pool or priority would t
 annotation into a privilege (preempting other teams' jobs, running on reserved nodes), and the
 backstop list and the event stream must know every namespace/region they have to watch.
 
+The same allow-lists bound what a template renders (``policy.py``), with settings of their own
+for what only a template can ask: ``drivers``, ``allow_driver_config``, ``allow_job_fields``;
+and ``registry_auth`` says whether a pod's imagePullSecrets may reach the job (``pullauth.py``).
+Each defaults to deny.
+
 Namespace mapping (``namespace_from_pod``, off by default) derives the Nomad namespace from the
 pod's Kubernetes namespace: ``"same"`` uses the same name, ``"table"`` looks it up in
 ``namespace_map`` (a pod whose namespace is not in the table gets ``namespace``).  The result
@@ -183,6 +188,20 @@ class NomadConfig:
     """securityContext restrictions (e.g. "runAsUser") pods may ask for where the job's driver
     cannot enforce them (raw_exec: any); they then run unenforced, with a Warning Event.
     Empty: such a pod is refused (docs/backends/nomad.md, "securityContext")."""
+    drivers: tuple[str, ...] = ()
+    """Task drivers a rendered job may use.  Empty: docker, and raw_exec too on a node whose
+    ``template`` is nomad/raw_exec.j2 (docs/design/nomad.md, "Policy on the rendered job")."""
+    allow_driver_config: tuple[str, ...] = ()
+    """Driver Config keys of the policy's deny-list (e.g. "privileged", "volumes", "cap_add")
+    a template may set as it likes on this node.  Empty: each is held to its rule
+    (docs/design/nomad.md, "Policy on the rendered job")."""
+    allow_job_fields: tuple[str, ...] = ()
+    """Job fields a template may add (e.g. "Services", "Vault", "Volumes").  Empty: none
+    (docs/design/nomad.md, "Policy on the rendered job")."""
+    registry_auth: str = "reject"
+    """imagePullSecrets: "reject" (refuse the pod), "job" (the docker driver's auth block in the
+    job, readable with read-job) or "client" (no auth block: the clients' own credential
+    helper logs in; docs/backends/nomad.md, "Secrets and Nomad Variables")."""
 
     @property
     def all_namespaces(self) -> tuple[str, ...]:
@@ -195,6 +214,13 @@ class NomadConfig:
     @property
     def all_node_pools(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.node_pool or "default", *self.node_pools)))
+
+    @property
+    def allowed_drivers(self) -> tuple[str, ...]:
+        """``drivers``, else docker plus the driver of the packaged template ``template`` names."""
+        if self.drivers:
+            return self.drivers
+        return tuple(dict.fromkeys(("docker", PACKAGED_DRIVERS.get(self.template, "docker"))))
 
     @property
     def pod_max_priority(self) -> int:
@@ -234,6 +260,7 @@ class NomadConfig:
                 "relax_security_context",
                 f"unknown field {', '.join(unknown)} (known: {', '.join(SECURITY_FIELDS)})",
             )
+        _check_policy_names(cfg)
         if cfg.restart_interval < 5:
             raise _bad("restart_interval", "must be at least 5s (Nomad's minimum)")
         if cfg.restart_attempts * cfg.restart_delay > cfg.restart_interval:
@@ -245,6 +272,71 @@ class NomadConfig:
 
 
 NAMESPACE_FROM_POD = ("", "same", "table")
+REGISTRY_AUTH = ("reject", "job", "client")
+#: The task driver of each packaged template (``drivers``' default).
+PACKAGED_DRIVERS = {"nomad/job.j2": "docker", "nomad/raw_exec.j2": "raw_exec"}
+#: A task driver's name as Nomad's plugin names are written.
+DRIVER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+
+
+#: Driver ``Config`` keys the policy on the rendered job holds to a rule, each of which
+#: ``allow_driver_config`` may lift (the rules: translators/nomad/policy.py).
+DRIVER_CONFIG_KEYS: tuple[str, ...] = (
+    "privileged",
+    "network_mode",
+    "pid_mode",
+    "ipc_mode",
+    "uts_mode",
+    "userns_mode",
+    "cgroupns",
+    "volumes",
+    "mount",
+    "mounts",
+    "volume_driver",
+    "devices",
+    "cap_add",
+    "security_opt",
+    "runtime",
+    "sysctl",
+    "ulimit",
+    "group_add",
+    "oom_score_adj",
+    "ipv4_address",
+    "ipv6_address",
+    "mac_address",
+    "cgroup_v1_override",
+    "cgroup_v2_override",
+)
+#: Job, group and task fields the policy refuses in a rendered job unless ``allow_job_fields``
+#: lists them: each reaches beyond the pod (other runs of it, Consul and Vault identities,
+#: service names other workloads resolve, a storage plugin with the client's privileges,
+#: host volumes).
+JOB_FIELDS: tuple[str, ...] = (
+    "Periodic",
+    "ParameterizedJob",
+    "Multiregion",
+    "Services",
+    "Consul",
+    "Vault",
+    "CSIPluginConfig",
+    "Volumes",
+)
+
+
+def _check_policy_names(cfg: NomadConfig) -> None:
+    """``allow_driver_config`` and ``allow_job_fields`` name what the policy knows."""
+    for key, known in (
+        ("allow_driver_config", DRIVER_CONFIG_KEYS),
+        ("allow_job_fields", JOB_FIELDS),
+    ):
+        unknown = sorted(set(getattr(cfg, key)) - set(known))
+        if unknown:
+            raise _bad(key, f"unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    bad = [d for d in cfg.drivers if not DRIVER_NAME.fullmatch(d)]
+    if bad:
+        raise _bad("drivers", f"expected Nomad task driver names, got {', '.join(map(repr, bad))}")
+
+
 #: ``network_mode`` values: Nomad's group network modes vkgate renders (a CNI network's name is
 #: the ``name`` of a conflist in the client's ``cni_config_dir``).
 NETWORK_MODE = re.compile(r"host|bridge|cni/[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -300,6 +392,9 @@ _KINDS: dict[str, tuple[Kind, float | None, float | None]] = {
     "allowed_datacenters": ("strings", None, None),
     "node_pools": ("strings", None, None),
     "relax_security_context": ("strings", None, None),
+    "drivers": ("strings", None, None),
+    "allow_driver_config": ("strings", None, None),
+    "allow_job_fields": ("strings", None, None),
     "skip_verify": ("bool", None, None),
     "priority": ("int", 1, 100),
     "max_priority": ("int", 0, 100),
@@ -341,6 +436,8 @@ def _coerce(key: str, value: Any) -> Any:
             return str(value)
     except ValueError as exc:
         raise _bad(key, str(exc)) from None
+    if key == "registry_auth":
+        return coerce(_key(key), "str", value, choices=REGISTRY_AUTH)
     value = coerce(_key(key), "str", value)
     if key in PATH_KEYS and "-----BEGIN" in value:
         raise _bad(key, "expected a file path, not PEM contents")

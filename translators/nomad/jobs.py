@@ -65,13 +65,16 @@ template (``variables.secret_env_template``).  The job spec therefore carries no
 file contents or Secret env values (docs/design/secrets.md).  ``emptyDir`` is a directory in the
 shared alloc dir (``../alloc/data/vkgate/<volume>``) mounted into every container that uses it.
 
-imagePullSecrets: the credential that matches a task's image (``vkgate_core.imageregistry``) becomes
-the docker driver's ``auth {username, password, server_address}`` (``server_address`` = the
-image's registry host, ``docker.io`` for Docker Hub), in ``backend_info.tasks[*].auth``;
-``raw_exec`` has no image and ignores it.  It cannot move to the Variable (the docker driver
-reads ``auth`` from the job, before any template runs), so it is readable with ``read-job``;
-docs/backends/nomad.md offers a credential helper on the clients instead.  It is never put into
-``Meta`` (checked after rendering) and ``vkgate render`` masks the password.
+imagePullSecrets (``pullauth.py``): refused unless ``registry_auth`` is ``"job"`` (the docker
+driver's ``auth`` block in ``backend_info.tasks[*].auth``, readable with ``read-job``) or
+``"client"`` (no auth block: the clients' credential helper).  A password is never put into
+``Meta`` (checked after rendering) and ``vkgate render`` masks it.
+
+After rendering (``finish_job``): the job ID must be vkgate's, ``Meta`` gets the ownership
+entries back, and the node's policy (``policy.py``) checks everything else the template wrote —
+against the ``backend_info`` vkgate computed, which the template never holds (``sealed``: it
+renders a deep copy, so a template rendered in the agent's own process, ``render_workers = 0``,
+cannot change what is checked and written after it).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from translators.render.engine import Renderer
 
+import copy
 import hashlib
 import math
 import re
@@ -100,7 +104,7 @@ from translators.base import (
     cpu_millis,
     parse_quantity,
 )
-from translators.nomad import claims, images, literal, scheduling
+from translators.nomad import claims, images, literal, policy, pullauth, scheduling
 from translators.nomad.config import NomadConfig
 from translators.nomad.network import networks, refuse_pod_ip_references
 from translators.nomad.overrides import ANNOTATION, overrides
@@ -113,7 +117,6 @@ from translators.nomad.variables import (
     variable_size,
 )
 from translators.render.engine import pod_context
-from vkgate_core.imageregistry import credential_for, image_host
 
 JSON = dict[str, Any]
 
@@ -358,6 +361,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
     """Everything Nomad-specific a template needs, keyed by name (documented in the README)."""
     meta = pod.pod.get("metadata", {}) or {}
     spec = pod.pod.get("spec", {}) or {}
+    pullauth.check(pod, cfg)
     where = overrides(meta.get("annotations", {}) or {}, cfg, pod_namespace=pod.namespace)
     # Scheduling intent (translators/nomad/scheduling.py): the priority annotation wins over
     # spec.priority; what Kubernetes enforced on the virtual node only is listed in Meta.
@@ -396,7 +400,6 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
         )
         if secret_env is not None:
             templates.append(secret_env)
-        cred = credential_for(c.image, pod.registry_credentials)
         tasks[c.name] = {
             "name": c.name,
             "lifecycle": lifecycle,
@@ -407,15 +410,7 @@ def backend_info(pod: ResolvedPod, *, cfg: NomadConfig, factor: float) -> dict[s
             "volume_mounts": claims.task_mounts(c, volumes),
             "env": env.env,
             "force_pull": c.spec.get("imagePullPolicy") == "Always",
-            "auth": (
-                {
-                    "username": cred.username,
-                    "password": cred.password,
-                    "server_address": image_host(c.image),
-                }
-                if cred is not None
-                else None
-            ),
+            "auth": pullauth.task_auth(c, pod, cfg),
             # securityContext as docker driver values: user, readonly_rootfs, cap_add,
             # cap_drop, security_opt (translators/securitycontext.py; finish_job checks them).
             "security": securitycontext.docker_task(
@@ -483,6 +478,14 @@ def context(
     for c in (*ctx["init_containers"], *ctx["sidecars"], *ctx["containers"]):
         _as_nomad_literals(c, info["tasks"][c["name"]])
     return ctx
+
+
+def sealed(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    """What a template renders with: a deep copy of ``ctx``.  A template rendered in the
+    agent's own process (``templates.render_workers = 0``) can change what it is handed
+    (``backend_info.update(…)``); what vkgate checks and writes after the render — the job ID,
+    the Variable's items, the pod's securityContext — is read from ``ctx``, never from that."""
+    return copy.deepcopy(dict(ctx))
 
 
 def _as_nomad_literals(c: dict[str, Any], task: Mapping[str, Any]) -> None:
@@ -556,14 +559,10 @@ def _check_security(
 
 
 def finish_job(
-    out: Any,
-    pod: ResolvedPod,
-    *,
-    info: Mapping[str, Any],
-    template: str,
-    relaxed: Collection[str] = (),
+    out: Any, pod: ResolvedPod, *, info: Mapping[str, Any], template: str, cfg: NomadConfig
 ) -> JSON:
-    """Check a rendered job and re-assert identity and ownership (``{"Job": {...}}``)."""
+    """Check a rendered job against vkgate's ``info`` (never the copy the template was handed)
+    and the node's policy; re-assert identity and ownership (``{"Job": {...}}``)."""
     job = out.get("Job", out) if isinstance(out, dict) else None
     if not isinstance(job, dict) or not isinstance(job.get("TaskGroups"), list):
         raise TranslationError(
@@ -591,10 +590,12 @@ def finish_job(
                 field="Job.Meta",
             )
     job["Meta"] = meta
-    job.setdefault("Namespace", info["namespace"])
+    if job.get("Namespace") is None:
+        job["Namespace"] = info["namespace"]
+    policy.check(job, pod, info=info, cfg=cfg, template=template, secrets=secrets)
     _check_commands(job, template=template)
     claims.check_rendered(job, info, template=template)
-    _check_security(job, pod, relaxed=relaxed, template=template)
+    _check_security(job, pod, relaxed=cfg.relax_security_context, template=template)
     return {"Job": job}
 
 
@@ -626,9 +627,5 @@ def render_job(
     name = template or template_for(pod, renderer=renderer, cfg=cfg)
     ctx = context(pod, cfg=cfg, settings=settings, factor=factor)
     return finish_job(
-        renderer.render(name, ctx),
-        pod,
-        info=ctx["backend_info"],
-        template=name,
-        relaxed=cfg.relax_security_context,
+        renderer.render(name, sealed(ctx)), pod, info=ctx["backend_info"], template=name, cfg=cfg
     )

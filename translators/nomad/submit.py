@@ -24,12 +24,19 @@ from typing import TYPE_CHECKING, Any
 from translators.base import BackendConflict, ResolvedPod, WorkloadState
 from translators.nomad.client import NomadClient
 from translators.nomad.config import NomadConfig
-from translators.nomad.jobs import META_UID, context, finish_job, is_owned, template_for
+from translators.nomad.jobs import (
+    META_UID,
+    context,
+    finish_job,
+    is_owned,
+    sealed,
+    template_for,
+)
 from translators.nomad.listing import Listing
 from translators.nomad.nodes import Nodes
 from translators.nomad.purge import Purges
 from translators.nomad.status import JobView
-from translators.nomad.variables import VariableStore, variable_path
+from translators.nomad.variables import VariableStore
 from translators.nomad.views import JobBook
 
 if TYPE_CHECKING:
@@ -101,19 +108,15 @@ class Submitter:
         self._state = state
 
     async def render(self, pod: ResolvedPod) -> tuple[JSON, dict[str, str]]:
-        """The job and the items of its Nomad Variable (``jobs.backend_info``)."""
+        """The job, checked against the node's policy (``jobs.finish_job``), and the items of
+        its Nomad Variable — vkgate's (``jobs.backend_info``), never the template's copy."""
         factor = await self.nodes.mhz_per_core()
         name = template_for(pod, renderer=self.renderer, cfg=self.config)
         ctx = context(pod, cfg=self.config, settings=self.settings, factor=factor)
-        out = await self.renderer.arender(name, ctx)
-        spec = finish_job(
-            out,
-            pod,
-            info=ctx["backend_info"],
-            template=name,
-            relaxed=self.config.relax_security_context,
-        )
-        return spec, dict(ctx["backend_info"]["variable"]["items"])
+        out = await self.renderer.arender(name, sealed(ctx))
+        info = ctx["backend_info"]
+        spec = finish_job(out, pod, info=info, template=name, cfg=self.config)
+        return spec, dict(info["variable"]["items"])
 
     def render_spec(self, pod: ResolvedPod) -> JSON:
         """What ``create`` would send (offline: F from the settings, else the last measured
@@ -124,18 +127,14 @@ class Submitter:
         factor = self.nodes.offline_mhz_per_core()
         name = template_for(pod, renderer=self.renderer, cfg=self.config)
         ctx = context(pod, cfg=self.config, settings=self.settings, factor=factor)
+        info = ctx["backend_info"]
         spec = finish_job(
-            self.renderer.render(name, ctx),
-            pod,
-            info=ctx["backend_info"],
-            template=name,
-            relaxed=self.config.relax_security_context,
+            self.renderer.render(name, sealed(ctx)), pod, info=info, template=name, cfg=self.config
         )
-        items = dict(ctx["backend_info"]["variable"]["items"])
+        items = dict(info["variable"]["items"])
         if not items:
             return spec
-        path = variable_path(str(spec["Job"]["ID"]))
-        return {**spec, "Variable": {"Path": path, "Items": items}}
+        return {**spec, "Variable": {"Path": info["variable"]["path"], "Items": items}}
 
     async def create(self, pod: ResolvedPod) -> WorkloadState:
         self.purges.purged.pop(pod.uid, None)  # run again (a lost workload): its new job is live

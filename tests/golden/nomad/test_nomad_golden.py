@@ -4,7 +4,8 @@
   ``POST /v1/jobs`` body, rendered through the packaged templates exactly as ``create`` sends
   it (the pod is resolved by the gateway's own offline resolver).  A pod the backend refuses
   produces ``{"error": …}`` instead.  ``raw-exec-*`` cases render ``nomad/raw_exec.j2``,
-  ``bridge-*`` cases ``network_mode = "bridge"``.
+  ``bridge-*`` cases ``network_mode = "bridge"``, ``pull-secrets*`` cases
+  ``registry_auth = "job"``.
 * ``states/*.nomad.json`` (job stub + allocations + evaluations as the Nomad API returned
   them — captured from a real ``nomad agent -dev`` 1.11.3, or derived from such a capture where
   a dev agent cannot produce the situation; ``note`` says which) → ``states/*.status.json``:
@@ -87,6 +88,8 @@ def test_pod_renders_to_expected_nomad_job(
         settings["template"] = "nomad/raw_exec.j2"
     if golden_case.name.startswith("bridge-"):
         settings["network_mode"] = "bridge"
+    if golden_case.name.startswith("pull-secrets"):
+        settings["registry_auth"] = "job"  # refused by default (translators/nomad/pullauth.py)
     inputs = parse_inputs(golden_case.read_text(), source=golden_case.name)
     resolved = resolve(inputs, node_name=NODE, features=NomadTranslator.features, backend="nomad")
     assert resolved.pod is not None and not resolved.errors, resolved.errors

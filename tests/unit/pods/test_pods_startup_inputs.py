@@ -52,7 +52,10 @@ class Rendering(Polled):
     def __init__(self, inner: SimulatedTranslator, renderer: Renderer) -> None:
         super().__init__(inner)
         self.nomad = NomadTranslator(
-            TranslatorContext(node_name=inner.node_name, settings={}, renderer=renderer),
+            # the team's priority 80 is within what the node allows a template
+            TranslatorContext(
+                node_name=inner.node_name, settings={"max_priority": 80}, renderer=renderer
+            ),
             environ={},
         )
         self.jobs: dict[str, dict[str, Any]] = {}

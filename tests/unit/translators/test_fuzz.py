@@ -178,7 +178,8 @@ def resolved(pod: dict[str, Any], features: Features) -> Any:
     return resolve(inputs, node_name="vk-fuzz", features=features).pod
 
 
-NOMAD = NomadConfig.from_settings({"datacenters": ["dc1"]}, environ={})
+#: registry_auth "job": a pod with imagePullSecrets renders (refused by default) and is fuzzed too
+NOMAD = NomadConfig.from_settings({"datacenters": ["dc1"], "registry_auth": "job"}, environ={})
 RENDERER = Renderer()
 
 

@@ -439,18 +439,28 @@ def test_allowed_values_pass_the_allow_lists() -> None:
 def test_a_template_may_not_change_the_job_id() -> None:
     info = {"job_id": "ns-web-1234abcd", "meta": {OWNER_KEY: "vkgate"}, "namespace": "default"}
     with pytest.raises(TranslationError, match=r"Job\.ID must be 'ns-web-1234abcd'"):
-        finish_job({"Job": {"ID": "mine", "TaskGroups": []}}, pod(), info=info, template="t.j2")
+        finish_job(
+            {"Job": {"ID": "mine", "TaskGroups": []}}, pod(), info=info, template="t.j2", cfg=CFG
+        )
 
 
-def test_ownership_meta_is_enforced_over_the_template() -> None:
-    info = {"job_id": "j", "meta": {OWNER_KEY: "vkgate", "vkgate.node": "vk"}, "namespace": "ns"}
-    out = finish_job(
-        {"ID": "j", "TaskGroups": [], "Meta": {OWNER_KEY: "someone", "team": "ml"}},
-        pod(),
-        info=info,
-        template="t.j2",
+def test_ownership_meta_is_enforced_over_the_template(tmp_path: Any) -> None:
+    (tmp_path / "nomad").mkdir()
+    (tmp_path / "nomad" / "owner.j2").write_text(
+        '{% extends "nomad/job.j2" %}{% block meta %}'
+        + json.dumps({OWNER_KEY: "someone", "vkgate.node": "other", "team": "ml"})
+        + "{% endblock %}"
     )
-    assert out["Job"]["Meta"] == {OWNER_KEY: "vkgate", "vkgate.node": "vk", "team": "ml"}
+    out = render_job(
+        pod(),
+        renderer=Renderer(extra_dirs=[tmp_path]),
+        cfg=CFG,
+        settings={},
+        factor=1000,
+        template="nomad/owner.j2",
+    )
+    meta = out["Job"]["Meta"]
+    assert (meta[OWNER_KEY], meta["vkgate.node"], meta["team"]) == ("vkgate", "vk", "ml")
 
 
 def test_secret_values_never_reach_meta() -> None:
@@ -468,6 +478,7 @@ def test_secret_values_never_reach_meta() -> None:
             secret_pod,
             info=info,
             template="t.j2",
+            cfg=CFG,
         )
 
 

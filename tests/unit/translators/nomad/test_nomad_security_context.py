@@ -17,6 +17,8 @@ from translators.render.engine import Renderer
 from vkgate_core.settings import SettingsError
 
 CFG = NomadConfig.from_settings({}, environ={})
+#: A node whose template is raw_exec (a team template cannot pick raw_exec on a docker node).
+RAW = NomadConfig.from_settings({"template": "nomad/raw_exec.j2"}, environ={})
 
 
 def pod(pod_sc: Any = None, **container_sc: Any) -> ResolvedPod:
@@ -121,17 +123,21 @@ def test_what_docker_cannot_enforce_is_refused_naming_the_field(
 
 def test_raw_exec_refuses_every_restriction_unless_the_node_relaxes_it() -> None:
     p = pod({"runAsUser": 1000}, readOnlyRootFilesystem=True)
-    err = refused(p, template="nomad/raw_exec.j2")
+    err = refused(p, cfg=RAW)
     assert err.field == "spec.securityContext.runAsUser" and "raw_exec driver" in str(err)
-    some = NomadConfig.from_settings({"relax_security_context": ["runAsUser"]}, environ={})
-    err = refused(p, cfg=some, template="nomad/raw_exec.j2")
+    some = NomadConfig.from_settings(
+        {"template": RAW.template, "relax_security_context": ["runAsUser"]}, environ={}
+    )
+    err = refused(p, cfg=some)
     assert err.field == "spec.containers[app].securityContext.readOnlyRootFilesystem"
     both = NomadConfig.from_settings(
-        {"relax_security_context": ["runAsUser", "readOnlyRootFilesystem"]}, environ={}
+        {
+            "template": RAW.template,
+            "relax_security_context": ["runAsUser", "readOnlyRootFilesystem"],
+        },
+        environ={},
     )
-    job = render_job(
-        p, renderer=Renderer(), cfg=both, settings={}, factor=1000.0, template="nomad/raw_exec.j2"
-    )["Job"]
+    job = render_job(p, renderer=Renderer(), cfg=both, settings={}, factor=1000.0)["Job"]
     t = job["TaskGroups"][0]["Tasks"][0]
     assert t["Driver"] == "raw_exec" and "User" not in t  # raw_exec runs as the client's user
     assert job["Meta"]["vkgate.security-relaxed"] == (
@@ -143,9 +149,7 @@ def test_raw_exec_refuses_every_restriction_unless_the_node_relaxes_it() -> None
 
 
 def test_the_refusal_names_the_first_field_and_lists_every_one() -> None:
-    err = refused(
-        pod({"runAsUser": 1000}, readOnlyRootFilesystem=True), template="nomad/raw_exec.j2"
-    )
+    err = refused(pod({"runAsUser": 1000}, readOnlyRootFilesystem=True), cfg=RAW)
     assert err.field == "spec.securityContext.runAsUser"
     assert str(err).endswith(
         "Not enforced: spec.securityContext.runAsUser: the raw_exec driver cannot enforce it; "
