@@ -157,7 +157,7 @@ class PolicyRefused(UnsupportedError):
     """The rendered object asks for what the node's operator did not allow: ``template``
     (``teams/<team>/…`` names the team) set ``field`` of the backend object, and ``setting`` is
     the node setting that would allow it.  Raised by a backend's policy step after rendering
-    (docs/architecture.md, "Render, then admit"), the same for the agent and ``vkgate render``;
+    (docs/design/threat-model.md, "Render, then admit"), the same for the agent and ``vkgate render``;
     the pod fails with ``reason`` like any ``UnsupportedError``."""
 
     def __init__(
@@ -177,6 +177,16 @@ class PolicyRefused(UnsupportedError):
         self.template = template
         self.setting = setting
         self.detail = message
+
+    @classmethod
+    def listing(cls, text: str, *, template: str, field: str, setting: str) -> PolicyRefused:
+        """A refusal of several fields at once whose ``text`` already names the template and,
+        for each field, the setting that would allow it (Nomad's policy step reports every
+        field it refuses); ``field`` and ``setting`` are the first's."""
+        refused = cls("", template=template, field=field, setting=setting)
+        refused.args = (text,)
+        refused.detail = text
+        return refused
 
 
 # --------------------------------------------------------------------------- data in

@@ -25,7 +25,7 @@ from devstack.nomad_cluster import POLICY_FILE, POLICY_NAME, NomadCluster
 
 pytestmark = pytest.mark.e2e
 
-REASON = "TemplatePolicy"
+REASON = "PolicyRefused"
 
 
 def team_templates(root: Path, team: str, node_template: str, body: str) -> Path:

@@ -1,4 +1,4 @@
-"""The node's policy on a rendered Batch task (docs/architecture.md, "Render, then admit").
+"""The node's policy on a rendered Batch task (docs/design/threat-model.md, "Render, then admit").
 
 A task template customizes; the node's settings constrain what it may render.  After every
 render (the agent's ``create`` and ``vkgate render`` alike: both go through

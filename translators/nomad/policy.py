@@ -41,7 +41,7 @@ task ``Config.<key>`` of ``DRIVER_CONFIG``     what the key's rule allows (below
 Each field above, and each a check after rendering reads, must be spelled as it is read here,
 once: Nomad's JSON ignores the case of field names (``_spelling``).
 
-A refusal is an ``UnsupportedError`` (reason ``TemplatePolicy``): the pod fails, with a message
+A refusal is a ``PolicyRefused`` (reason ``PolicyRefused``, as on every backend): the pod fails, with a message
 naming the template, every field it broke and the setting that would allow each.  The job ID is
 checked before, by ``jobs.finish_job`` (a ``TranslationError``: the template is wrong, whatever
 the node allows); the Variable's path is ``variables.variable_path`` of vkgate's job ID, never
@@ -56,11 +56,11 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from translators.base import ResolvedPod, UnsupportedError
+from translators.base import PolicyRefused, ResolvedPod
 from translators.nomad.config import NomadConfig
 from translators.nomad.overrides import mapped_namespace
 
-REASON = "TemplatePolicy"
+REASON = "PolicyRefused"
 #: Nomad's Priority of a job that names none.
 DEFAULT_PRIORITY = 50
 
@@ -101,7 +101,10 @@ def check(
     message = f"the job rendered by template {template} breaks the node's policy: " + "; ".join(
         r.text() for r in refusals
     )
-    raise UnsupportedError(_masked(message, secrets), reason=REASON, field=refusals[0].field)
+    first = refusals[0]
+    raise PolicyRefused.listing(
+        _masked(message, secrets), template=template, field=first.field, setting=first.allow
+    )
 
 
 def _masked(text: str, secrets: Collection[str]) -> str:

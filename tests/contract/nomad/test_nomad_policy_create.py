@@ -63,7 +63,7 @@ async def test_a_refused_job_writes_nothing_to_nomad(tmp_path: Path) -> None:
             with pytest.raises(UnsupportedError) as err:
                 await t.create(team_pod())
             assert nomad.calls.call_count == 0
-        assert err.value.reason == "TemplatePolicy"
+        assert err.value.reason == "PolicyRefused"
         assert err.value.field == "Job.TaskGroups[pod].Tasks[app].Config.privileged"
         assert f"teams/{TEAM}/nomad/job.j2" in str(err.value)
         assert 'add "privileged" to backend.nomad.allow_driver_config' in str(err.value)
