@@ -69,7 +69,10 @@ ERRORS: Mapping[str, type[TranslationError]] = {"TranslationError": TranslationE
 #: The kinds of tagged values (``{"$": kind, "v": payload}``).
 TAGS = frozenset({"dict", "tuple", "set", "frozenset", "bytes", "date", "datetime", "float"})
 _TAG = "$"
-_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+#: A cycle is a RecursionError here (cheaper than tracking every container), then a WireError.
+_JSON = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":")
+)
 _dumps = _JSON.encode
 
 
@@ -98,14 +101,18 @@ class Bounds:
 # --------------------------------------------------------------------------- values
 
 
-def encode(value: Any) -> tuple[str, bool]:
+def encode(value: Any, *, from_json: bool = False) -> tuple[str, bool]:
     """``value`` → (its JSON text, whether it is tagged); ``WireError`` for a value no
-    tag describes (an object, a cycle, an integer past Python's 4300 digits)."""
+    tag describes (an object, a cycle, an integer past Python's 4300 digits).  ``from_json``:
+    ``value`` is what ``json.loads`` made (or a string), so it holds no tuple and no
+    non-string key, and the text need not be read back to know it stands for the value."""
     try:
         text = _dumps(value)
     except (TypeError, ValueError, RecursionError):
         pass
     else:
+        if from_json:
+            return text, False
         # json.dumps makes a tuple a list and a number key a string without a word: the text
         # stands for the value only if it reads back equal
         try:
@@ -253,10 +260,11 @@ def frame(message: Mapping[str, Any], **values: str) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def value_frame(value: Any, *, retire: bool, bounds: Bounds) -> bytes:
-    """The worker's ``ok`` answer; ``WireError`` when it is over the agent's ``bounds`` (a
-    worker that obeys its limits meets them only with YAML aliases copied many times over)."""
-    text, tagged = encode(value)
+def value_frame(value: Any, *, retire: bool, bounds: Bounds, from_json: bool = False) -> bytes:
+    """The worker's ``ok`` answer (``from_json`` as for ``encode``); ``WireError`` when it is
+    over the agent's ``bounds`` (a worker that obeys its limits meets them only with YAML
+    aliases copied many times over)."""
+    text, tagged = encode(value, from_json=from_json)
     data = frame({"kind": "ok", "tagged": tagged, "retire": retire}, value=text)
     if len(data) - HEADER.size > bounds.frame:
         raise WireError(f"output is {len(data)} bytes as JSON (max {bounds.frame})")

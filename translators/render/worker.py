@@ -186,7 +186,10 @@ def main(argv: list[str]) -> int:
             # one's.
             retire = _rss() - start_rss > max_memory // 2
             bounds = Bounds.of(max_output=limits.max_output, max_nodes=limits.max_nodes)
-            send(value_frame(value, retire=retire, bounds=bounds))
+            # text, or output parse_in read as JSON (not a YAML template: parse_output):
+            # no tuple or number key in it that JSON would change
+            from_json = op != "render" or not name.endswith((".yaml.j2", ".yml.j2"))
+            send(value_frame(value, retire=retire, bounds=bounds, from_json=from_json))
         except TranslationError as exc:
             retire = isinstance(exc.__cause__, MemoryError)
             if retire:
