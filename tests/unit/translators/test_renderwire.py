@@ -63,7 +63,7 @@ class Rogues:
 @pytest.fixture
 def rogues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rogues:
     rogues = Rogues(tmp_path)
-    monkeypatch.setattr(pool_module.subprocess, "Popen", rogues)
+    monkeypatch.setattr(subprocess, "Popen", rogues)  # as translators.render.pool calls it
     return rogues
 
 
