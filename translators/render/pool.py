@@ -123,6 +123,7 @@ class _Worker:
         self.grace = grace
         #: Template name → line map, per environment key, as the worker compiled them.
         self.compiled: dict[str, dict[str, str]] = {}
+        self._compiled_size = 0  # characters of names and maps in ``compiled``
         #: The worker asked to be replaced (it hit its memory limit, or kept half of it).
         self.retire = False
         #: Peak RSS (KiB) the worker reported or had when killed, for logs and benchmarks.
@@ -204,11 +205,14 @@ class _Worker:
         latest ``2 * _ENVS``) and up to ``_COMPILED_BYTES`` in all."""
         maps = self.compiled.pop(key, {})
         self.compiled[key] = maps  # the latest last
+        self._compiled_size += len(template) + len(debug_info)
+        if template in maps:
+            self._compiled_size -= len(template) + len(maps[template])
         maps[template] = debug_info
         while len(self.compiled) > 2 * _ENVS:
-            del self.compiled[next(iter(self.compiled))]
-        held = sum(len(n) + len(i) for m in self.compiled.values() for n, i in m.items())
-        if held > _COMPILED_BYTES:
+            dropped = self.compiled.pop(next(iter(self.compiled)))
+            self._compiled_size -= sum(len(n) + len(i) for n, i in dropped.items())
+        if self._compiled_size > _COMPILED_BYTES:
             raise WorkerMisbehaved(f"line maps of more than {_COMPILED_BYTES} bytes")
 
     def _drain_dump(self) -> str:

@@ -182,6 +182,24 @@ def test_a_malformed_answer_fails_the_render_and_replaces_the_worker(
     assert renderer.render_text("t/x.j2", {}) == "2"
 
 
+def test_line_maps_past_their_bound_fail_the_render_and_replace_the_worker(
+    rogues: Rogues, pool: RenderPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker may name every template it compiles; it may not make the agent keep more
+    than ``_COMPILED_BYTES`` of them."""
+    monkeypatch.setattr(pool_module, "_COMPILED_BYTES", 1000)
+    maps = [
+        _message(kind="compiled", template=f"t/{i}.j2", debug_info="&".join(["1=2"] * 30))
+        for i in range(20)
+    ]
+    rogues.answers.append(b"".join(maps))
+    renderer = Renderer(overlay={"t/x.j2": "{{ 1 + 1 }}"}, pool=pool)
+    with pytest.raises(TranslationError, match="sent line maps of more than 1000 bytes"):
+        renderer.render_text("t/x.j2", {})
+    assert pool.replaced == 1
+    assert renderer.render_text("t/x.j2", {}) == "2"
+
+
 def test_a_real_worker_over_the_agents_bounds_answers_with_an_error_and_is_kept(
     pool: RenderPool,
 ) -> None:
