@@ -61,6 +61,8 @@ log = logging.getLogger("translators.render.pool")
 _ENVS = 4
 #: How long a stuck worker gets to write its stacks before it is killed.
 _DUMP_WAIT = 0.5
+#: Bytes of a worker's stacks the agent reads (``faulthandler`` writes ~100 lines a thread).
+_DUMP_BYTES = 2**20
 #: Bytes of template line maps (``compiled`` answers) one worker may make the agent keep.
 _COMPILED_BYTES = 32 * 2**20
 
@@ -216,10 +218,12 @@ class _Worker:
             raise WorkerMisbehaved(f"line maps of more than {_COMPILED_BYTES} bytes")
 
     def _drain_dump(self) -> str:
+        """What waits in the dump pipe, up to ``_DUMP_BYTES`` (a worker that keeps writing
+        there cannot keep the agent reading)."""
         out = b""
-        while True:
+        while len(out) < _DUMP_BYTES:
             try:
-                chunk = os.read(self._dump, 65536)
+                chunk = os.read(self._dump, min(65536, _DUMP_BYTES - len(out)))
             except BlockingIOError:
                 break
             if not chunk:
@@ -290,6 +294,8 @@ class _Worker:
             if not chunk:
                 break
             out += chunk
+            if len(out) >= _DUMP_BYTES:
+                break
         return out
 
     def misbehaved(self, template: str, why: str) -> TranslationError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import fcntl
 import json
 import math
 import os
@@ -198,6 +199,28 @@ def test_line_maps_past_their_bound_fail_the_render_and_replace_the_worker(
         renderer.render_text("t/x.j2", {})
     assert pool.replaced == 1
     assert renderer.render_text("t/x.j2", {}) == "2"
+
+
+def test_the_agent_reads_a_bounded_part_of_a_workers_stacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dump pipe (``faulthandler``'s stacks, read before a stuck worker is killed) is the
+    worker's too: a worker that fills it faster than the agent reads cannot keep the agent
+    reading, nor make it hold more than ``_DUMP_BYTES`` (1 MiB; 256 KiB here, the most a pipe
+    holds being 1 MiB)."""
+    assert pool_module._DUMP_BYTES == 2**20
+    monkeypatch.setattr(pool_module, "_DUMP_BYTES", 2**18)
+    read, write = os.pipe()
+    try:
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 2**20)
+        os.set_blocking(read, False)
+        os.write(write, b"x" * 2**20)
+        worker = object.__new__(pool_module._Worker)
+        worker._dump = read
+        assert len(worker._drain_dump()) == 2**18
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 def test_a_real_worker_over_the_agents_bounds_answers_with_an_error_and_is_kept(
