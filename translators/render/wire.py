@@ -22,11 +22,14 @@ non-string key: what YAML output and the agent's contexts may hold — the value
 that has a ``"$"`` key is sent as a ``dict`` tag too, so data can never pass for a tag.
 Shared references are sent once per reference (a tree arrives; YAML aliases are copied).
 
-**Strings** arrive as the worker held them, code point for code point: the JSON is written
-unescaped (``ensure_ascii=False``; JSON escapes only ``"``, ``\\`` and U+0000-U+001F) and a
-lone surrogate — a template can make one, ``"\\ud800"`` — is carried as its 3-byte encoding
-(``surrogatepass``), never paired with its neighbour or replaced.  Whether a backend accepts
-such a string is the backend's business, as it is when the agent renders in its own process.
+**Strings** arrive as the worker held them, code point for code point.  The JSON is escaped
+to ASCII, unless that writes a ``\\udXXX`` escape (a character past U+FFFF, a surrogate code
+point; U+D000-U+D7FF too, alike at a glance): a JSON reader joins ``\\ud83d\\ude00``
+into one character, so a template's ``"\\ud83d" ~ "\\ude00"`` (two code points) would come
+back as one.  Such a frame is written unescaped instead (JSON escapes only ``"``, ``\\`` and
+U+0000-U+001F), a lone surrogate carried as its 3-byte encoding (``surrogatepass``), never
+paired with its neighbour or replaced.  Whether a backend accepts such a string is the
+backend's business, as it is when the agent renders in its own process.
 """
 
 from __future__ import annotations
@@ -70,10 +73,18 @@ ERRORS: Mapping[str, type[TranslationError]] = {"TranslationError": TranslationE
 TAGS = frozenset({"dict", "tuple", "set", "frozenset", "bytes", "date", "datetime", "float"})
 _TAG = "$"
 #: A cycle is a RecursionError here (cheaper than tracking every container), then a WireError.
-_JSON = json.JSONEncoder(
+_ASCII = json.JSONEncoder(allow_nan=False, check_circular=False, separators=(",", ":")).encode
+_UTF8 = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":")
-)
-_dumps = _JSON.encode
+).encode
+
+
+def _dumps(value: Any) -> str:
+    """JSON text of ``value``: escaped to ASCII (CPython writes that faster), unless that
+    would write a surrogate as ``\\udXXX``: a reader joins a high and a low one, so a string
+    that holds them as two code points would not come back as it was."""
+    text = _ASCII(value)
+    return _UTF8(value) if "\\ud" in text else text
 
 
 class WireError(Exception):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from translators.base import TranslationError
@@ -290,6 +290,8 @@ ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=200)
 
 @settings(deadline=None, max_examples=150)
 @given(s=ANY_TEXT)
+@example(s="\ud83d" + "\ude00")  # two code points, not the one character they would make
+@example(s="\x00\x1f\u2028\\ud800\ufffe é 😀")
 def test_any_rendered_string_survives_the_round_trip_code_point_for_code_point(
     shared_pool: RenderPool, s: str
 ) -> None:
@@ -349,6 +351,7 @@ def _typed(value: Any) -> Any:
 
 @settings(deadline=None, max_examples=300)
 @given(value=VALUES)
+@example(value={"\ud83d" + "\ude00": ("\ud800", {1: b"\xff"}, {"$": float("nan")})})
 def test_every_value_the_wire_carries_reads_back_as_it_was(value: Any) -> None:
     text, tagged = wire.encode(value)
     body = wire.frame({"kind": "ok", "tagged": tagged, "retire": False}, value=text)[4:]
@@ -359,7 +362,9 @@ def test_every_value_the_wire_carries_reads_back_as_it_was(value: Any) -> None:
 
 
 def test_plain_json_is_sent_as_it_is_and_a_dollar_key_cannot_forge_a_tag() -> None:
-    assert wire.encode({"a": [1, "é", None]}) == ('{"a":[1,"é",null]}', False)
+    assert wire.encode({"a": [1, "é", None]}) == ('{"a":[1,"\\u00e9",null]}', False)
+    # a surrogate escape would be joined with its neighbour: written unescaped
+    assert wire.encode(["\ud83d" + "\ude00", "😀"]) == ('["\ud83d\ude00","😀"]', False)
     text, tagged = wire.encode({"$": "bytes", "v": "aGk=", "t": (1,)})
     assert tagged and json.loads(text)["$"] == "dict"
     assert wire.decode(json.loads(text), tagged=True) == {"$": "bytes", "v": "aGk=", "t": (1,)}
