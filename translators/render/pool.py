@@ -23,9 +23,13 @@ runs in a worker process (``translators.render.worker``), and the agent only wai
 The pool keeps ``workers`` processes started ahead of use and replaces one in the
 background when it is killed, so a render waits for a spawn only when every worker has just
 been killed.  A worker holds up to ``_ENVS`` template environments (the live overlay, a trial
-one), each sent once, on its first use.  Messages are length-prefixed pickles over the pipes:
-the worker's side runs templates, so it is only ever asked to render, never trusted beyond
-what the sandbox allows (docs/design/template-safety.md, "The render worker").
+one), each sent once, on its first use.
+
+The worker's side runs templates, so it is only ever asked to render, never trusted beyond
+what the sandbox allows (docs/design/template-safety.md, "The render worker"): the pipes carry
+JSON frames, never pickle (``translators.render.wire``).  A frame that is over its bounds, not
+JSON or not a message the request allows fails the render (``TranslationError``: "the render
+worker sent …") and the worker is killed and replaced, as one that died.
 """
 
 from __future__ import annotations
@@ -33,11 +37,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 import re
 import select
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from translators.base import TranslationError
+from translators.render import wire
 
 __all__ = ["RemoteEnv", "RenderPool", "map_line", "template_frame"]
 
@@ -58,7 +61,10 @@ log = logging.getLogger("translators.render.pool")
 _ENVS = 4
 #: How long a stuck worker gets to write its stacks before it is killed.
 _DUMP_WAIT = 0.5
-_HEADER = struct.Struct("!I")
+#: Bytes of a worker's stacks the agent reads (``faulthandler`` writes ~100 lines a thread).
+_DUMP_BYTES = 2**20
+#: Bytes of template line maps (``compiled`` answers) one worker may make the agent keep.
+_COMPILED_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +75,19 @@ class RemoteEnv:
     key: str
     spec: Any
 
+    @property
+    def bounds(self) -> wire.Bounds:
+        """What the agent accepts in one frame of a render under this environment's limits."""
+        limits = self.spec["limits"]
+        return wire.Bounds.of(max_output=limits["max_output"], max_nodes=limits["max_nodes"])
+
 
 class WorkerDied(Exception):
     """The worker exited (or was killed) before answering."""
+
+
+class WorkerMisbehaved(Exception):
+    """The worker answered what the protocol does not allow (``wire.WireError``'s reason)."""
 
 
 def map_line(debug_info: str, code_line: int) -> int | None:
@@ -109,6 +125,7 @@ class _Worker:
         self.grace = grace
         #: Template name → line map, per environment key, as the worker compiled them.
         self.compiled: dict[str, dict[str, str]] = {}
+        self._compiled_size = 0  # characters of names and maps in ``compiled``
         #: The worker asked to be replaced (it hit its memory limit, or kept half of it).
         self.retire = False
         #: Peak RSS (KiB) the worker reported or had when killed, for logs and benchmarks.
@@ -152,10 +169,9 @@ class _Worker:
 
     # -- pipes --------------------------------------------------------------------------
 
-    def _send(self, message: Any) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    def _send(self, data: bytes) -> None:
         try:
-            self.proc.stdin.write(_HEADER.pack(len(data)) + data)  # type: ignore[union-attr]
+            self.proc.stdin.write(data)  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError) as exc:
             raise WorkerDied from exc
@@ -175,15 +191,39 @@ class _Worker:
         data, self._buffer = self._buffer[:n], self._buffer[n:]
         return data
 
-    def _recv(self, deadline: float) -> Any:
-        (size,) = _HEADER.unpack(self._read(_HEADER.size, deadline))
-        return pickle.loads(self._read(size, deadline))
+    def _recv(self, deadline: float, *, op: str, bounds: wire.Bounds) -> wire.Reply:
+        """The worker's next answer; ``WorkerMisbehaved`` for a frame over ``bounds`` (its
+        body is not read) or one ``wire.read_reply`` refuses."""
+        (size,) = wire.HEADER.unpack(self._read(wire.HEADER.size, deadline))
+        if size > bounds.frame:
+            raise WorkerMisbehaved(f"a frame of {size} bytes (max {bounds.frame})")
+        try:
+            return wire.read_reply(self._read(size, deadline), op=op, bounds=bounds)
+        except wire.WireError as exc:
+            raise WorkerMisbehaved(str(exc)) from None
+
+    def _compiled(self, key: str, template: str, debug_info: str) -> None:
+        """Keep a template's line map, for the environments the worker may still hold (the
+        latest ``2 * _ENVS``) and up to ``_COMPILED_BYTES`` in all."""
+        maps = self.compiled.pop(key, {})
+        self.compiled[key] = maps  # the latest last
+        self._compiled_size += len(template) + len(debug_info)
+        if template in maps:
+            self._compiled_size -= len(template) + len(maps[template])
+        maps[template] = debug_info
+        while len(self.compiled) > 2 * _ENVS:
+            dropped = self.compiled.pop(next(iter(self.compiled)))
+            self._compiled_size -= sum(len(n) + len(i) for n, i in dropped.items())
+        if self._compiled_size > _COMPILED_BYTES:
+            raise WorkerMisbehaved(f"line maps of more than {_COMPILED_BYTES} bytes")
 
     def _drain_dump(self) -> str:
+        """What waits in the dump pipe, up to ``_DUMP_BYTES`` (a worker that keeps writing
+        there cannot keep the agent reading)."""
         out = b""
-        while True:
+        while len(out) < _DUMP_BYTES:
             try:
-                chunk = os.read(self._dump, 65536)
+                chunk = os.read(self._dump, min(65536, _DUMP_BYTES - len(out)))
             except BlockingIOError:
                 break
             if not chunk:
@@ -193,28 +233,34 @@ class _Worker:
 
     # -- one call -----------------------------------------------------------------------
 
-    def call(self, env: RemoteEnv, op: str, args: tuple[Any, ...], *, timeout: float) -> Any:
-        """Run ``op`` in the worker; its result, or the ``TranslationError`` it raised."""
+    def call(self, env: RemoteEnv, op: str, request: bytes, *, timeout: float) -> Any:
+        """Run ``request`` (a ``run`` frame for ``op``) in the worker; its result, or the
+        ``TranslationError`` it reported.  ``WorkerMisbehaved`` for an answer the protocol
+        does not allow: nothing a worker sends is more than data."""
         self._drain_dump()  # a dump written just before an answer that still came
         deadline = time.monotonic() + timeout + self.grace
-        self._send(("run", env.key, op, args, timeout))
+        bounds = env.bounds
+        self._send(request)
+        needed = False
         while True:
-            message = self._recv(deadline)
-            kind = message[0]
-            if kind == "need":
-                self._send(("env", env.key, env.spec))
-                self._send(("run", env.key, op, args, timeout))
-            elif kind == "compiled":
-                self.compiled.setdefault(env.key, {})[message[1]] = message[2]
-            elif kind == "ok":
-                self.retire = message[2]
-                return message[1]
-            elif kind == "error":
-                detail, template, line, field, retire, peak = message[1:]
-                self.retire, self.peak_kib = retire, peak
-                raise TranslationError(detail, template=template, line=line, field=field)
+            reply = self._recv(deadline, op=op, bounds=bounds)
+            if isinstance(reply, wire.Need):
+                if reply.key != env.key:
+                    raise WorkerMisbehaved("a need for another environment")
+                if needed:
+                    raise WorkerMisbehaved("a second need for the environment it was sent")
+                needed = True
+                spec, tagged = wire.encode(env.spec)
+                self._send(wire.frame({"kind": "env", "key": env.key, "tagged": tagged}, spec=spec))
+                self._send(request)
+            elif isinstance(reply, wire.Compiled):
+                self._compiled(env.key, reply.template, reply.debug_info)
+            elif isinstance(reply, wire.Ok):
+                self.retire = reply.retire
+                return reply.value
             else:
-                raise WorkerDied(f"unexpected message {kind!r}")
+                self.retire, self.peak_kib = reply.retire, reply.peak_kib
+                raise reply.error
 
     def stuck(self, env: RemoteEnv, template: str, limit: float) -> TranslationError:
         """Kill a worker that did not answer in time; the error names where it was stuck
@@ -248,7 +294,17 @@ class _Worker:
             if not chunk:
                 break
             out += chunk
+            if len(out) >= _DUMP_BYTES:
+                break
         return out
+
+    def misbehaved(self, template: str, why: str) -> TranslationError:
+        """The error for a worker whose answer the protocol does not allow (it is killed)."""
+        self.kill()
+        return TranslationError(
+            f"the render worker sent {why}: refused, and the worker was replaced",
+            template=template,
+        )
 
     def died(self, env: RemoteEnv, template: str) -> TranslationError:
         """The error for a worker that exited before answering (killed by the kernel, a
@@ -416,12 +472,23 @@ class RenderPool:
         self, env: RemoteEnv, op: str, args: tuple[Any, ...], *, template: str, timeout: float
     ) -> Any:
         """Run ``op(*args)`` in a worker against ``env``; ``TranslationError`` for any failure
-        of the template (``template`` is named when the worker cannot say more)."""
+        of the template (``template`` is named when the worker cannot say more), and for
+        ``args`` that cannot be sent as JSON (``translators.render.wire``)."""
+        try:
+            payload, tagged = wire.encode(list(args))
+        except wire.WireError as exc:
+            raise TranslationError(
+                f"the render context is not data: {exc}", template=template
+            ) from None
+        request = wire.frame(
+            {"kind": "run", "key": env.key, "op": op, "tagged": tagged, "timeout": timeout},
+            args=payload,
+        )
         worker = self._acquire()
         healthy = False
         try:
             try:
-                result = worker.call(env, op, args, timeout=timeout)
+                result = worker.call(env, op, request, timeout=timeout)
             except TranslationError:
                 healthy = not worker.retire
                 self.last_peak_kib = worker.peak_kib
@@ -435,6 +502,10 @@ class RenderPool:
             except WorkerDied:
                 error = worker.died(env, template)
                 self._retired(worker, "died")
+                raise error from None
+            except WorkerMisbehaved as exc:
+                error = worker.misbehaved(template, str(exc))
+                self._retired(worker, f"sent {exc}")
                 raise error from None
             healthy = not worker.retire
             if worker.retire:

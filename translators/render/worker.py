@@ -1,17 +1,21 @@
 """The render worker: ``python -m translators.render.worker DUMP_FD MAX_MEMORY GRACE``.
 
-Started by ``translators.render.pool`` with an empty environment.  It reads length-prefixed
-pickles on stdin and answers on stdout:
+Started by ``translators.render.pool`` with an empty environment.  It reads JSON frames on
+stdin and answers with JSON frames on stdout (``translators.render.wire``: a 4-byte length,
+then one JSON object; values that JSON does not hold as themselves are tagged):
 
-* ``("env", key, spec)`` — build (and keep, up to ``pool._ENVS``) the template
-  environment ``spec`` describes (``Renderer._remote``); no answer.
-* ``("run", key, op, args, timeout)`` — ``op`` is ``text`` (``render_text_in``), ``render``
-  (text, then ``parse_in``) or ``check`` (``check_in``).  Answers ``("need", key)`` when it
-  does not hold that environment, then, for each template it compiles while running,
-  ``("compiled", name, debug_info)`` — sent *before* the template runs, so the parent can
-  name the line of a render it has to kill — and finally ``("ok", value, retire)`` or
-  ``("error", detail, template, line, field, retire, peak_kib)``; ``retire`` asks the agent to
-  replace the worker (it hit its memory limit, or holds more than half of it after a render).
+* ``{"kind": "env", "key", "spec", "tagged"}`` — build (and keep, up to ``pool._ENVS``) the
+  template environment ``spec`` describes (``Renderer._remote``); no answer.
+* ``{"kind": "run", "key", "op", "args", "tagged", "timeout"}`` — ``op`` is ``text``
+  (``render_text_in``), ``render`` (text, then ``parse_in``) or ``check`` (``check_in``).
+  Answers ``{"kind": "need", "key"}`` when it does not hold that environment, then, for each
+  template it compiles while running, ``{"kind": "compiled", "template", "debug_info"}`` — sent
+  *before* the template runs, so the parent can name the line of a render it has to kill —
+  and finally ``{"kind": "ok", "value", "tagged", "retire"}`` or ``{"kind": "error", "error":
+  "TranslationError", "detail", "template", "line", "field", "retire", "peak_kib"}``;
+  ``retire`` asks the agent to replace the worker (it hit its memory limit, or holds more
+  than half of it after a render).  An answer over the agent's bounds (``wire.Bounds``) is
+  sent as an error instead, so a worker that keeps its limits is never taken for a rogue one.
 
 Renders run on its main thread, their deadline kept by ``SIGALRM`` (``sandbox.use_alarm``).
 Limits of its own: ``RLIMIT_AS`` at its size after imports plus ``MAX_MEMORY`` (and room for
@@ -26,15 +30,12 @@ from __future__ import annotations
 import faulthandler
 import math
 import os
-import pickle
 import resource
 import signal
-import struct
 import sys
 from collections import OrderedDict
 from typing import IO, Any
 
-_HEADER = struct.Struct("!I")
 #: Environments kept (the parent's ``pool._ENVS``).
 _ENVS = 4
 #: Room for the render thread's stack (and a spare), over ``MAX_MEMORY``.
@@ -108,6 +109,16 @@ def main(argv: list[str]) -> int:
         render_text_in,
     )
     from translators.render.sandbox import LimitedSandbox, RenderLimits, use_alarm
+    from translators.render.wire import (
+        HEADER,
+        Bounds,
+        WireError,
+        decode,
+        error_frame,
+        frame,
+        parse,
+        value_frame,
+    )
 
     use_alarm()  # renders run on this thread: no watchdog thread per render
 
@@ -119,9 +130,8 @@ def main(argv: list[str]) -> int:
 
     start_rss = _rss()
 
-    def send(message: Any) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        out.write(_HEADER.pack(len(data)) + data)
+    def send(data: bytes) -> None:
+        out.write(data)
         out.flush()
 
     envs: OrderedDict[str, tuple[LimitedSandbox, RenderLimits]] = OrderedDict()
@@ -136,27 +146,31 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"unknown op {op!r}")
 
     while True:
-        header = _read_exact(stdin, _HEADER.size)
+        header = _read_exact(stdin, HEADER.size)
         if header is None:
             return 0  # the agent closed the pipe
-        (size,) = _HEADER.unpack(header)
+        (size,) = HEADER.unpack(header)
         body = _read_exact(stdin, size)
         if body is None:
             return 0
-        message = pickle.loads(body)
-        if message[0] == "env":
-            key, spec = message[1], message[2]
+        message = parse(body)  # from the agent: trusted, but JSON all the same
+        if message["kind"] == "env":
+            key = message["key"]
+            spec = decode(message["spec"], tagged=message["tagged"])
             limits = RenderLimits(**spec["limits"])
             overlay = {n: OverlayTemplate(src) for n, src in spec["overlay"].items()}
             env = make_env(overlay, [Path(d) for d in spec["dirs"]], limits)
-            env.on_compiled = lambda name, info: send(("compiled", name, info))
+            env.on_compiled = lambda name, info: send(
+                frame({"kind": "compiled", "template": name, "debug_info": info})
+            )
             envs[key] = (env, limits)
             while len(envs) > _ENVS:
                 envs.popitem(last=False)
             continue
-        key, op, args, timeout = message[1:]
+        key, op, timeout = message["key"], message["op"], message["timeout"]
+        args = tuple(decode(message["args"], tagged=message["tagged"]))
         if key not in envs:
-            send(("need", key))
+            send(frame({"kind": "need", "key": key}))
             continue
         envs.move_to_end(key)
         env, limits = envs[key]
@@ -164,28 +178,38 @@ def main(argv: list[str]) -> int:
         used = resource.getrusage(resource.RUSAGE_SELF)
         cpu = math.ceil(used.ru_utime + used.ru_stime + timeout + grace) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+        name = str(args[0]) if args else ""
         try:
             value = run(env, limits, op, args)
+            # Memory a render freed may stay with the process: a worker that kept more than
+            # half its allowance is replaced, so a later render is not refused for an earlier
+            # one's.
+            retire = _rss() - start_rss > max_memory // 2
+            bounds = Bounds.of(max_output=limits.max_output, max_nodes=limits.max_nodes)
+            # text, or output parse_in read as JSON (not a YAML template: parse_output):
+            # no tuple or number key in it that JSON would change
+            from_json = op != "render" or not name.endswith((".yaml.j2", ".yml.j2"))
+            send(value_frame(value, retire=retire, bounds=bounds, from_json=from_json))
         except TranslationError as exc:
             retire = isinstance(exc.__cause__, MemoryError)
-            detail = exc.detail
             if retire:
-                detail = f"limit: render memory limit exceeded ({max_memory // 2**20} MiB)"
-            send(("error", detail, exc.template, exc.line, exc.field, retire, _peak_kib()))
-            continue
+                exc = TranslationError(
+                    f"limit: render memory limit exceeded ({max_memory // 2**20} MiB)",
+                    template=exc.template,
+                    line=exc.line,
+                    field=exc.field,
+                )
+            send(error_frame(exc, retire=retire, peak_kib=_peak_kib()))
         except MemoryError:
-            name = args[0] if args else ""
             detail = f"limit: render memory limit exceeded ({max_memory // 2**20} MiB)"
-            send(("error", detail, name, None, "", True, _peak_kib()))
-            continue
+            error = TranslationError(detail, template=name)
+            send(error_frame(error, retire=True, peak_kib=_peak_kib()))
+        except WireError as exc:  # an answer the agent would refuse: say why instead
+            error = TranslationError(f"limit: {exc}", template=name)
+            send(error_frame(error, retire=False, peak_kib=0))
         except Exception as exc:  # a bug here, not the template's: say so, keep serving
-            name = args[0] if args else ""
             detail = f"render worker: {type(exc).__name__}: {exc}"
-            send(("error", detail, name, None, "", False, 0))
-            continue
-        # Memory a render freed may stay with the process: a worker that kept more than half
-        # its allowance is replaced, so a later render is not refused for an earlier one's.
-        send(("ok", value, _rss() - start_rss > max_memory // 2))
+            send(error_frame(TranslationError(detail, template=name), retire=False, peak_kib=0))
 
 
 if __name__ == "__main__":
