@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import fnmatch
 import functools
@@ -422,7 +423,7 @@ class Renderer:
         if self.pool is not None:
             text: str = self._call(env, "text", template, context)
             return text
-        return render_text_in(env, template, context, self.limits)
+        return render_text_in(env, template, _own_copy(context), self.limits)
 
     def render(
         self, template: str, context: Mapping[str, Any], *, schema: str | None = None
@@ -434,7 +435,9 @@ class Renderer:
             spec = self._call(env, "render", template, context)
         else:
             spec = parse_in(
-                template, render_text_in(env, template, context, self.limits), self.limits
+                template,
+                render_text_in(env, template, _own_copy(context), self.limits),
+                self.limits,
             )
         kind = str(context.get("backend", "")) if schema is None else schema
         if self.validate and kind:
@@ -507,6 +510,15 @@ def make_env(
     env.filters.update(FILTERS)
     env.guard_filters()
     return env
+
+
+def _own_copy(context: Mapping[str, Any]) -> dict[str, Any]:
+    """What a template rendered in the agent's own process (no render workers) is given: a
+    copy, since the sandbox lets a template change a dict it holds (``x.update(…)``), and what
+    vkgate computed for the pod stays vkgate's, for every backend's checks after rendering
+    (docs/design/threat-model.md, "Render, then admit").  A render worker gets its own copy
+    through the pipe."""
+    return copy.deepcopy(dict(context))
 
 
 def render_text_in(
