@@ -388,5 +388,17 @@ def test_a_job_purged_outside_vkgate_is_run_again_without_waiting_for_a_list(
         timeout=15,
         every=POLL,
     )
+    # one loss, one restart: the purged job's allocation, still listed under the job's ID, is
+    # not a run of the new job (docs/design/nomad.md, "Run again")
+    status = wait_until(
+        f"{name} Running again",
+        lambda: (
+            (s := get_pod(control_plane, name).get("status", {})).get("phase") == "Running"
+            and all(c.get("ready") for c in s.get("containerStatuses") or [{}])
+            and s
+        ),
+        every=POLL,
+    )
+    assert [c["restartCount"] for c in status["containerStatuses"]] == [1]
     print(f"\npurged job run again after {took:.1f} s")
     kubectl("delete", "pod", name, "--wait=true", timeout=90)

@@ -123,6 +123,12 @@ class JobView:
     #: allocations are still stopping; the view stays until they have ended.
     purged: bool = False
     modify_index: int = 0
+    #: The job's ``CreateIndex`` (0: not known yet): which job of this ID the view is of.
+    create_index: int = 0
+    #: Allocations created before this index are not runs of this workload: they are of an
+    #: earlier job of the same ID (purged, or stopped and registered over), which the gateway
+    #: counted as one restart when it ran the pod again (docs/design/nomad.md, "Run again").
+    runs_from: int = 0
     allocs: dict[str, JSON] = field(default_factory=dict)
     #: Nomad's placement failure text, when the scheduler could not place the allocation.
     placement: str = ""
@@ -158,12 +164,30 @@ class JobView:
             status=str(job.get("Status") or "pending"),
             stop=bool(job.get("Stop")),
             modify_index=int(job.get("ModifyIndex") or 0),
+            create_index=int(job.get("CreateIndex") or 0),
+            runs_from=int(job.get("CreateIndex") or 0),
         )
 
     def update_job(self, job: Mapping[str, Any]) -> None:
         self.status = str(job.get("Status") or self.status)
         self.stop = self.purged or bool(job.get("Stop"))
         self.modify_index = int(job.get("ModifyIndex") or self.modify_index)
+        if not self.create_index:
+            self.create_index = int(job.get("CreateIndex") or 0)
+            self.runs_from = max(self.runs_from, self.create_index)
+
+    def runs_since(self, index: int) -> None:
+        """This workload's runs start at ``index`` (its registration): forget allocations
+        created before it."""
+        self.runs_from = max(self.runs_from, index)
+        for aid, alloc in list(self.allocs.items()):
+            if not self.is_run(alloc):
+                del self.allocs[aid]
+
+    def is_run(self, alloc: Mapping[str, Any]) -> bool:
+        """``alloc`` is a run of this workload, not of an earlier job of the same ID."""
+        created = int(alloc.get("CreateIndex") or 0)
+        return not (self.runs_from and created and created < self.runs_from)
 
     def newest(self) -> JSON | None:
         if not self.allocs:

@@ -149,9 +149,13 @@ class Submitter:
         # for a new pod, where a read first cost two.  The Variable is written before: the
         # ID holds the pod's UID, so a job already there is this pod's, its files the same
         # (docs/design/nomad.md, "Requests per pod").
-        # What the book holds before the call: a view the event stream makes during it is of
-        # this registration (JobBook.registered)
-        before = self.book.views.get((region, ns, jid))
+        # What the book holds before the call is of an earlier job of this ID, if any (a
+        # create runs a pod that has no workload): out of the book while the call is on its
+        # way, so the event stream's report of this registration makes a view of its own and
+        # never lends it the earlier job's allocations (after a Nomad that lost its state,
+        # the indexes cannot tell them apart; docs/design/nomad.md, "Run again").  A view the
+        # stream makes meanwhile is of this registration (JobBook.registered).
+        before = self.book.views.pop((region, ns, jid), None)
         try:
             reply = await self.client.call(
                 "POST",
@@ -166,14 +170,22 @@ class Submitter:
                 if (existing.get("Meta") or {}).get(META_UID) != pod.uid or not is_owned(
                     existing.get("Meta"), self.node_name
                 ):
+                    if before is not None:
+                        self.book.views.setdefault((region, ns, jid), before)
                     raise BackendConflict(
                         f"nomad job {jid!r} exists and belongs to another pod or owner"
                     ) from None
+                if before is not None and before.create_index == existing.get("CreateIndex"):
+                    self.book.views.setdefault((region, ns, jid), before)  # the same job
                 view = self.book.merge_job(existing, region=region)
                 assert view is not None
                 return self._state(view)
             # stopped (or purged meanwhile): registered again over it
             reply = await self.client.call("POST", "/jobs", body=spec, namespace=ns, region=region)
+        except BaseException:
+            if before is not None:  # nothing registered: the book's view stands
+                self.book.views.setdefault((region, ns, jid), before)
+            raise
         data = reply.data or {}
         job_stub = {
             **job,

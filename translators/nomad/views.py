@@ -33,6 +33,8 @@ def view_key(view: JobView) -> Key:
 
 def merge_alloc(view: JobView, alloc: Mapping[str, Any]) -> bool:
     """Merge an allocation (stub or full) into the view; False when ours is newer."""
+    if not view.is_run(alloc):
+        return False  # of an earlier job of this ID (docs/design/nomad.md, "Run again")
     aid = str(alloc.get("ID", ""))
     old = view.allocs.get(aid)
     if old is not None and int(old.get("ModifyIndex") or 0) > int(alloc.get("ModifyIndex") or 0):
@@ -61,6 +63,12 @@ class JobBook:
             self.foreign.add(key)
             return None
         view = self.views.get(key)
+        created = int(job.get("CreateIndex") or 0)
+        if view is not None and created and view.create_index:
+            if created < view.create_index:
+                return view  # a late report of an earlier job of this ID
+            if created > view.create_index:
+                view = None  # a later job of this ID (the earlier one was purged): its own view
         if view is None:
             view = JobView.from_job(job, region=region)
             # the scope's region, as the key has it ("" = the agent's own): a view found under
@@ -89,11 +97,13 @@ class JobBook:
         index = int(job.get("ModifyIndex") or 0)
         seen = self.views.get(key)
         if seen is not None and seen is not before and index > 0 and seen.modify_index >= index:
+            seen.runs_since(index)
             return seen
         self.views.pop(key, None)
         view = self.merge_job(job, region=region)
         if view is None:
             raise ValueError(f"nomad job {job['ID']!r} is not this node's to register")
+        view.runs_since(index)
         return view
 
     def apply_listing(

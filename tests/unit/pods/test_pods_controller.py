@@ -838,3 +838,29 @@ def _fast(harness: Harness) -> SimulatedTranslator:
         start_delay=FIRST_STATUS_DELAY / 5,
     )
     return harness.sim
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+async def test_a_lost_workload_whose_re_create_fails_counts_one_restart(
+    sh: ScriptedHarness, failures: int
+) -> None:
+    """The backend lost the workload and refuses the first re-creates (a Nomad agent back
+    from a crash answers lists before it takes jobs): one loss is one restart, however many
+    attempts the re-create takes — a retry is not the workload lost again."""
+    from translators.base import BackendUnavailable
+
+    await sh.start()
+    sh.kube.add(pod("v"))
+    await run_for(sh.clock, 6)
+    assert sh.kube.pod("v")["status"]["phase"] == "Running"  # type: ignore[index]
+    assert sh.sim is not None
+    sh.scripted.create_errors = [BackendUnavailable("no cluster leader")] * failures
+    sh.sim._records.clear()  # lost by the backend
+    await run_for(sh.clock, 20)
+    p = sh.kube.pod("v")
+    assert p is not None
+    assert sh.scripted.create_attempts == 2 + failures
+    assert p["status"]["phase"] == "Running", p["status"]
+    assert p["status"]["containerStatuses"][0]["restartCount"] == 1
+    (event,) = sh.kube.events("WorkloadLost")
+    assert event.get("count", 1) == 1
