@@ -175,7 +175,23 @@ def test_exec_and_exec_it_in_a_docker_container(
     lines = out.splitlines()
     assert any(line.startswith("/dev/pts/") for line in lines), out
     assert "30 100" in lines and "got hello" in lines, out
-    assert rc == 4, f"{out}\nNomad's agents on exec sessions:\n{exec_sessions_logged(docker_nomad)}"
+    if rc != 4:
+        # Nomad 1.6.3's docker driver loses the code of an exec whose stdin is still open when
+        # its command exits, at random (go-dockerclient's two stream goroutines race: docs/
+        # design/nomad.md, "Exec WebSocket"; the raw_exec test holds the code to 4 every
+        # time).  Then, and only when Nomad's agent logged exactly that for this session
+        # (its error line names no exec_id: the one after the session's start, and no clean
+        # end of it), vkgate must say the code is unknown, and kubectl exits 1.
+        logged = exec_sessions_logged(docker_nomad).splitlines()
+        starts = [i for i, ln in enumerate(logged) if "exit 4" in ln and "tty=true" in ln]
+        assert starts, f"{out}\nNomad's agents on exec sessions:\n" + "\n".join(logged)
+        exec_id = logged[starts[-1]].split("exec_id=")[1].split()[0]
+        after = logged[starts[-1] + 1 :]
+        lost = not any(f"session ended: exec_id={exec_id}" in ln for ln in after) and any(
+            "ended with an error" in ln and "io: read/write on closed pipe" in ln for ln in after
+        )
+        assert lost and rc == 1, f"{out}\nNomad's agents on exec sessions:\n" + "\n".join(logged)
+        assert "connection closed before the command exited (close code 1000)" in out, out
     kubectl("delete", "pod", name, "--wait=false")
 
 

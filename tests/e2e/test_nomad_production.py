@@ -96,9 +96,11 @@ def _job_of(cluster: NomadCluster, uid: str) -> dict[str, Any] | None:
     with cluster.http_client() as c:
         for stub in c.get("/v1/jobs", params={"namespace": "*", "meta": "true"}).json():
             if (stub.get("Meta") or {}).get("k8s.uid") == uid:
-                job: dict[str, Any] = c.get(
-                    f"/v1/job/{stub['ID']}", params={"namespace": stub["Namespace"]}
-                ).json()
+                r = c.get(f"/v1/job/{stub['ID']}", params={"namespace": stub["Namespace"]})
+                if r.status_code == 404:
+                    return None  # purged between the list and the read (Nomad: "job not found")
+                r.raise_for_status()
+                job: dict[str, Any] = r.json()
                 return job
     return None
 

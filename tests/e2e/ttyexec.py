@@ -37,9 +37,9 @@ def exec_it(kubeconfig: Path, kubectl_path: Path, pod: str, *, remote: str = REM
     ``hello``; returns (output with CRLF → LF, exit code).  Without ``script``: ``unavailable``.
 
     stdin stays open until the session has ended: at EOF on its stdin ``script`` types the
-    terminal's EOF (^D) into kubectl, which sends it as stdin — and on Nomad 1.6.3 stdin that
-    reaches a docker exec just after the command exited loses the exit code
-    (docs/design/nomad.md, "Exec WebSocket")."""
+    terminal's EOF (^D) into kubectl, which sends it to the remote shell as input.  (An open
+    stdin is also what lets Nomad 1.6.3's docker driver lose the exit code at random:
+    docs/design/nomad.md, "Exec WebSocket".)"""
     script = shutil.which("script")
     if script is None:
         unavailable("util-linux `script` is not installed: no pty for kubectl exec -it")
